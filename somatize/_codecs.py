@@ -1,0 +1,138 @@
+"""Codecs: how a value becomes data (a JSON-able header plus raw buffers) and back.
+
+The rule kept here: nothing is ever pickled. A value crosses an edge, enters a
+cache key or lands in a Store only through a registered codec, and decoding
+runs no code named by the data, only the codec registered under its name.
+
+A codec is any object with
+
+    name:     str, stable; it is written into every object it encodes
+    types:    tuple of the types it encodes (looked up along the value's MRO)
+    explicit: bool; True means a bare value of these types is refused at an
+              edge and must be wrapped in ``Data(v)`` or ``Opaque(v)``
+    encode(value) -> (meta: JSON-able dict, buffers: list of bytes-like)
+    decode(meta, buffers: list[memoryview]) -> value
+    as_data(value) -> value   (optional) what the value becomes when it crosses
+                               as data, e.g. a tensor cut from its autograd graph
+
+Register with ``somatize.register_codec(codec)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._errors import SomatizeTypeError, SomatizeValueError
+
+# Plain values a JSON header carries as they are.
+SCALARS = (type(None), bool, int, float, str)
+
+_by_name: dict = {}
+_by_type: dict = {}  # exact type -> codec (or None: no codec), filled lazily
+
+
+def register_codec(codec):
+    """Register ``codec`` for its ``types``; a later registration wins."""
+    for attr in ("name", "types", "encode", "decode"):
+        if not hasattr(codec, attr):
+            raise SomatizeTypeError(
+                f"codec {codec!r} has no `{attr}`; a codec needs name, types, "
+                "encode(value) -> (meta, buffers) and decode(meta, buffers)"
+            )
+    if not isinstance(codec.name, str) or not codec.name:
+        raise SomatizeValueError(f"codec {codec!r} needs a non-empty string `name`")
+    _by_name[codec.name] = codec
+    _by_type.clear()
+    return codec
+
+
+def codec_named(name):
+    try:
+        return _by_name[name]
+    except KeyError:
+        raise SomatizeValueError(
+            f"no codec named {name!r} is registered in this process; the data "
+            f"was written by one. Import the module that registers it "
+            f"(for tensors: `import somatize.torch`)."
+        ) from None
+
+
+def codec_for(value):
+    """The codec that encodes ``value``, or None."""
+    t = type(value)
+    try:
+        return _by_type[t]
+    except KeyError:
+        pass
+    found = None
+    for klass in t.__mro__:
+        for codec in reversed(list(_by_name.values())):
+            if klass in codec.types:
+                found = codec
+                break
+        if found is not None:
+            break
+    _by_type[t] = found
+    return found
+
+
+def how_to_register(value):
+    return (
+        f"No codec encodes a {type(value).__module__}.{type(value).__qualname__}. "
+        "Either wrap it as `Opaque(value)` to keep it inside this process, or "
+        "register a codec: `somatize.register_codec(codec)` with a `name`, "
+        "`types`, `encode(value) -> (meta, buffers)` and `decode(meta, buffers)`."
+    )
+
+
+class _Bytes:
+    name = "bytes"
+    types = (bytes, bytearray, memoryview)
+    explicit = False
+
+    def encode(self, value):
+        return {}, [value]
+
+    def decode(self, meta, buffers):
+        return bytes(buffers[0])
+
+
+class _NumpyArray:
+    name = "numpy"
+    types = (np.ndarray,)
+    explicit = False
+
+    def encode(self, value):
+        if value.dtype.hasobject:
+            raise SomatizeTypeError(
+                "a numpy array of dtype object cannot be data: its items are "
+                "Python objects. Convert it to a numeric or string dtype, or "
+                "wrap it as `Opaque(array)`."
+            )
+        a = np.ascontiguousarray(value)
+        return {"dtype": a.dtype.str, "shape": list(a.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
+
+    def decode(self, meta, buffers):
+        dtype = np.dtype(meta["dtype"])
+        a = np.frombuffer(buffers[0], dtype=dtype) if len(buffers[0]) else np.empty(0, dtype)
+        return a.reshape(meta["shape"])
+
+
+class _NumpyScalar:
+    name = "numpy-scalar"
+    types = (np.generic,)
+    explicit = False
+
+    def encode(self, value):
+        a = np.asarray(value)
+        if a.dtype.hasobject:
+            raise SomatizeTypeError("a numpy object scalar cannot be data; wrap it as `Opaque(value)`")
+        return {"dtype": a.dtype.str}, [a.tobytes()]
+
+    def decode(self, meta, buffers):
+        return np.frombuffer(buffers[0], dtype=np.dtype(meta["dtype"]))[0]
+
+
+register_codec(_Bytes())
+register_codec(_NumpyArray())
+register_codec(_NumpyScalar())
