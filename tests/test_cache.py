@@ -1,0 +1,127 @@
+"""Caching: frozen, cached nodes keep their outputs in the Store, keyed by content."""
+
+import numpy as np
+import pytest
+
+from somatize import Graph, Node, Opaque, Store
+from somatize._engine import set_weights
+
+
+class Scale(Node):
+    def __init__(self, k):
+        self.k = k
+        self.calls = 0
+
+    def forward(self, x, ctx):
+        self.calls += 1
+        return np.sin(x) * self.k
+
+
+class Head(Node):
+    def forward(self, x, ctx):
+        return x.sum()
+
+
+def said(seen):
+    return [(f["fact"], f.get("node")) for f in seen]
+
+
+def test_same_input_is_recalled_a_different_one_runs(tmp_path):
+    body = Scale(3.0).named("body").frozen().cached()
+    g = Graph.somatize(body >> Head().named("head"))
+    x = np.linspace(0, 1, 1000)
+    first, again, other = [], [], []
+    out1 = g.forward(x, store=tmp_path, watching=first.append)
+    out2 = g.forward(x.copy(), store=tmp_path, watching=again.append)
+    g.forward(x + 1, store=tmp_path, watching=other.append)
+    assert said(first) == [("ran", "body"), ("kept", "body"), ("ran", "head"), ("finished", None)]
+    assert said(again) == [("recalled", "body"), ("ran", "head"), ("finished", None)]
+    assert said(other) == said(first)
+    assert body.calls == 2
+    assert out1 == out2
+
+
+def test_a_cache_hit_is_bit_identical_to_running_the_node(tmp_path):
+    g = Graph.somatize(Scale(1.7).named("body").frozen().cached())
+    x = np.random.default_rng(1).standard_normal((64, 33)).astype(np.float32)
+    ran = g.forward(x, store=Store(tmp_path))
+    recalled = g.forward(x, store=Store(tmp_path))
+    assert ran.dtype == recalled.dtype and ran.shape == recalled.shape
+    assert ran.tobytes() == recalled.tobytes()
+
+
+def test_the_cache_survives_a_new_graph_and_store_object(tmp_path):
+    x = np.arange(10.0)
+    Graph.somatize(Scale(2.0).named("body").frozen().cached()).forward(x, store=str(tmp_path))
+    body = Scale(2.0).named("body").frozen().cached()
+    seen = []
+    Graph.somatize(body).forward(x, store=Store(tmp_path), watching=seen.append)
+    assert said(seen)[0] == ("recalled", "body") and body.calls == 0
+
+
+def test_other_settings_of_the_same_code_do_not_share_a_cache(tmp_path):
+    x = np.arange(10.0)
+    a = Graph.somatize(Scale(2.0).named("body").frozen().cached()).forward(x, store=tmp_path)
+    b = Graph.somatize(Scale(5.0).named("body").frozen().cached()).forward(x, store=tmp_path)
+    assert not np.array_equal(a, b)
+
+
+def test_without_a_store_a_cached_node_simply_runs():
+    seen = []
+    Graph.somatize(Scale(1.0).frozen().cached()).forward(np.ones(3), watching=seen.append)
+    assert said(seen) == [("ran", "scale"), ("finished", None)]
+
+
+class Weighted(Node):
+    def __init__(self):
+        self.w = [1.0]
+
+    def forward(self, x, ctx):
+        return x * self.w[0]
+
+    def parameters(self):
+        return self.w
+
+
+def test_a_frozen_cached_node_with_weights_needs_their_digest_first(tmp_path):
+    ran = []
+
+    class First(Node):
+        def forward(self, x, ctx):
+            ran.append(1)
+            return x
+
+    g = Graph.somatize(First() >> Weighted().named("body").frozen().cached())
+    with pytest.raises(ValueError, match=r"'body'.*freeze\(g\)"):
+        g.forward(np.ones(2), store=tmp_path)
+    assert ran == []
+
+
+def test_weights_changed_after_the_digest_are_refused_not_served_stale(tmp_path):
+    node = Weighted().named("body").frozen().cached()
+    set_weights(node, "sha256:" + "0" * 64, lambda: node.w == [1.0])
+    g = Graph.somatize(node)
+    assert g.forward(np.ones(2), store=tmp_path).tolist() == [1.0, 1.0]
+    node.w[0] = 2.0
+    with pytest.raises(ValueError, match=r"changed after freeze\(g\)"):
+        g.forward(np.ones(2), store=tmp_path)
+
+
+def test_the_weights_digest_enters_the_fingerprint():
+    node = Weighted().named("body").frozen()
+    g = Graph.somatize(node)
+    before = g.fingerprints()["body"]
+    set_weights(node, "sha256:" + "1" * 64, lambda: True)
+    after = g.fingerprints()["body"]
+    set_weights(node, "sha256:" + "2" * 64, lambda: True)
+    assert len({before, after, g.fingerprints()["body"]}) == 3
+
+
+def test_a_cached_node_whose_input_is_not_data_is_refused(tmp_path):
+    class Any(Node):
+        def forward(self, x, ctx):
+            return 1
+
+    g = Graph.somatize(Any().named("body").frozen().cached())
+    with pytest.raises(TypeError, match=r"'body' is cached.*input must be data"):
+        g.forward(Opaque(object()), store=tmp_path)
