@@ -1,0 +1,308 @@
+"""The Trainer: one training run over a graph that never knows it is trained.
+
+The rule kept here: a group of steps pulls exactly as one plain step over the
+concatenation of its batches would. Each piece's loss is weighted by its share
+of the group's examples, so ``every=N`` (N steps, one update) and ``micro=N``
+(one step cut into N pieces) are the same arithmetic as one big batch, and
+they multiply. This assumes what torch's losses do by default: the objective
+is a mean over the examples of its batch (``reduction="mean"``).
+
+How the weights are chosen: a piece of n examples in a group whose first
+batch held B is scaled by ``n / (every * B)``; when the group closes holding
+T examples instead of ``every * B`` (the batches differed in size, or the
+group is left partial), its gradients are multiplied by ``every * B / T``
+once before the update. A full group of equal batches is never rescaled.
+
+A group left open when training ends is closed by ``flush()`` (``fit`` calls
+it at the end of each epoch): its partial gradients are rescaled as above, so
+the update is exactly one step on the concatenated batches it holds (not one
+divided by ``every``, the mistake Lightning's issue #19987 is about).
+
+Facts, after the engine's ``finished`` of the step's last forward (with
+``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
+closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
+whole batch of the step. Steps count from 0, like forwards.
+
+A non-finite loss is refused before its backward: its ``loss`` fact is
+handed to the watchers, the open group's gradients are dropped, the weights
+and the optimizer's state are not touched, and the error names the step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import _engine
+from .._errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
+from .._values import Data, Opaque
+from ._weights import export, freeze, frozen_parameters, load
+
+
+class NonFiniteLoss(SomatizeError, FloatingPointError):
+    """The objective returned nan or inf; nothing was updated."""
+
+
+def _positive_int(what, v):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SomatizeValueError(f"{what}={v!r}: it must be a positive integer, like {what}=4")
+    return v
+
+
+class Trainer:
+    """Trains ``g`` with ``optimizer`` on ``objective(output, y)``.
+
+    ``step((x, y))`` is the primitive; ``fit(batches, epochs=1)`` is sugar
+    over it. ``every=N``: one update per N steps. ``micro=N``: each step's
+    batch is run as N pieces. ``clip``: max norm of the gradients (all the
+    optimizer's parameters together) before each update. ``store`` is passed
+    to every forward, so cached nodes are kept and recalled there.
+    """
+
+    def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None):
+        if not isinstance(g, _engine.Graph):
+            raise SomatizeTypeError(
+                f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
+            )
+        if not callable(objective):
+            raise SomatizeTypeError(
+                f"objective={objective!r:.60} is not callable: give a function of (output, y) "
+                "returning a scalar tensor, like torch.nn.functional.mse_loss"
+            )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise SomatizeTypeError(
+                f"optimizer= takes a torch.optim.Optimizer; got {type(optimizer).__name__}. "
+                "Write optimizer=torch.optim.Adam(parameters(g), lr=1e-3)."
+            )
+        self.every = _positive_int("every", every)
+        self.micro = _positive_int("micro", micro)
+        if clip is not None:
+            if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0 or not math.isfinite(clip):
+                raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, or clip=None")
+            clip = float(clip)
+        self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
+        self._watchers = _engine._watchers(watching)
+
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        frozen = frozen_parameters(g)
+        held = sorted({frozen[id(p)] for p in params if id(p) in frozen})
+        if held:
+            raise SomatizeValueError(
+                f"the optimizer holds parameters of frozen node(s) {held}; a frozen node is "
+                "settled and its weights may not move. Build the optimizer over "
+                "somatize.torch.parameters(g), which leaves frozen nodes out."
+            )
+        if frozen and any(p.requires_grad for n in g.nodes if n.is_frozen for p in _params_of(n)):
+            freeze(g)
+        self._params = params
+        self._fast = self.every == 1 and self.micro == 1
+        self.steps = 0  # steps begun, counted from 0 in error messages
+        self.updates = 0
+        self._open = 0  # steps in the open group
+        self._group_n = 0  # examples in the open group
+        self._first_n = 0  # examples in the open group's first batch
+
+    # -- the primitive
+    def step(self, batch):
+        """Forward, loss, backward; an update when the group closes.
+        Returns the loss of the whole batch as a float."""
+        x, y = self._pair(batch)
+        index = self.steps
+        self.steps += 1
+        if self._fast:
+            loss = self.objective(self._forward(x), y)
+            value = self._value(loss, index)
+            loss.backward()
+            self._update()
+            self._facts(value, True)
+            return value
+        return self._grouped(x, y, index)
+
+    def _grouped(self, x, y, index):
+        n = _count(x, y, self.micro, index)
+        if self._open == 0:
+            self._first_n = n
+        unit = 1.0 / (self.every * self._first_n)
+        value = 0.0
+        for xi, yi in zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),):
+            loss = self.objective(self._forward(xi), yi)
+            k = xi.shape[0]
+            part = self._value(loss, index, share=k / n, so_far=value)
+            value += part * k / n
+            scale = k * unit
+            (loss * scale if scale != 1.0 else loss).backward()
+        self._open += 1
+        self._group_n += n
+        closed = self._open == self.every
+        if closed:
+            self._close()
+        self._facts(value, closed)
+        return value
+
+    def flush(self):
+        """Close a group left open (fewer than ``every`` steps since the last
+        update): update as one step on the concatenation of its batches.
+        Returns whether an update happened."""
+        if self._open == 0:
+            return False
+        self._close()
+        if self._watchers:
+            self._emit({"fact": "updated"})
+        return True
+
+    def _close(self):
+        expected = self.every * self._first_n
+        if self._group_n != expected:
+            grads = [p.grad for p in self._params if p.grad is not None]
+            if grads:
+                torch._foreach_mul_(grads, expected / self._group_n)
+        self._update()
+
+    def _update(self):
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self._params, self.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.updates += 1
+        self._open = self._group_n = 0
+
+    # -- sugar
+    def fit(self, batches, epochs=1, progress=True):
+        """``step`` over every batch, ``epochs`` times, with a progress bar
+        (tqdm.auto: text in a terminal, a widget in a notebook). A group left
+        open at the end of an epoch is closed there (see ``flush``)."""
+        epochs = _positive_int("epochs", epochs)
+        if epochs > 1 and iter(batches) is batches:
+            raise SomatizeTypeError(
+                f"fit(batches, epochs={epochs}) got a one-shot iterator, which the second epoch "
+                "would find empty. Give something that can be iterated again: a list, a "
+                "DataLoader, or list(batches)."
+            )
+        total = len(batches) if hasattr(batches, "__len__") else None
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True)
+        try:
+            for epoch in range(epochs):
+                for batch in batches:
+                    value = self.step(batch)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
+                self.flush()
+        finally:
+            if bar is not None:
+                bar.close()
+        return self
+
+    # -- weights
+    def export(self):
+        """The graph's weights node by node: ``{"body": {"net.0.weight": t, ...}, ...}``."""
+        return export(self.g)
+
+    def load(self, exported):
+        """Put an export back into the graph (in place; the optimizer keeps
+        its references). Refuses mismatched nodes, names or shapes."""
+        load(self.g, exported)
+        return self
+
+    # -- helpers
+    def _forward(self, x):
+        return self.g.forward(Opaque(x), store=self.store, watching=self._watchers)
+
+    def _value(self, loss, index, share=1.0, so_far=0.0):
+        if loss.__class__ is not torch.Tensor or loss.ndim != 0:
+            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+                what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
+                raise SomatizeTypeError(
+                    f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
+                    "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
+                )
+        value = loss.item()
+        if not math.isfinite(value):
+            self.optimizer.zero_grad()
+            self._open = self._group_n = 0
+            whole = so_far + value * share
+            if self._watchers:
+                self._emit({"fact": "loss", "value": whole})
+            raise NonFiniteLoss(
+                f"step {index}: the loss is {value}; nothing was updated (the weights, the "
+                "optimizer's state and any open group's gradients are as before the group "
+                "began). Look at this batch, lower the learning rate, or pass clip= to the Trainer."
+            )
+        if not loss.requires_grad:
+            raise SomatizeValueError(
+                f"step {index}: the loss does not depend on any trainable parameter, so there is "
+                "nothing to train. Is every node frozen, or does the objective detach its input?"
+            )
+        return value
+
+    def _facts(self, value, updated):
+        if self._watchers:
+            if updated:
+                self._emit({"fact": "updated"})
+            self._emit({"fact": "loss", "value": value})
+
+    def _emit(self, fact):
+        for w in self._watchers:
+            try:
+                w(fact)
+            except Exception as e:
+                raise WatcherError(
+                    f"watcher {_engine._describe(w)} raised {type(e).__name__}: {e} when handed "
+                    f"{fact!r}. Fix the watcher or take it out of the Trainer's watching=."
+                ) from e
+
+    def _pair(self, batch):
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise SomatizeTypeError(
+                f"step(batch) takes a pair (x, y) of tensors; got {type(batch).__name__}"
+                f"{f' of {len(batch)} items' if isinstance(batch, (tuple, list)) else ''}. "
+                "Write trainer.step((x, y))."
+            )
+        x, y = batch
+        if x.__class__ is not torch.Tensor and not isinstance(x, torch.Tensor):
+            if isinstance(x, (Opaque, Data)) and isinstance(x.value, torch.Tensor):
+                x = x.value  # the Trainer wraps it; Opaque keeps autograd, as it would
+            else:
+                raise SomatizeTypeError(
+                    f"step((x, y)): x is a {type(x).__name__}; the Trainer feeds the graph a tensor "
+                    "(it crosses into the graph as Opaque(x)). Convert it with torch.as_tensor(x)."
+                )
+        return x, y
+
+    def __repr__(self):
+        return (
+            f"Trainer({self.g!r}, every={self.every}, micro={self.micro}, clip={self.clip}, "
+            f"steps={self.steps}, updates={self.updates})"
+        )
+
+
+def _count(x, y, micro, index):
+    if x.ndim == 0:
+        raise SomatizeValueError(f"step {index}: x is a 0-d tensor; a batch has its examples along dim 0")
+    n = x.shape[0]
+    if micro > 1 and (not isinstance(y, torch.Tensor) or y.ndim == 0 or y.shape[0] != n):
+        what = f"shape {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise SomatizeValueError(
+            f"step {index}: micro={micro} cuts x and y along dim 0, but x holds {n} examples "
+            f"and y is {what}; give a y with one row per example"
+        )
+    if micro > n:
+        raise SomatizeValueError(
+            f"step {index}: micro={micro} pieces of a batch of {n} examples would leave some "
+            f"empty; use micro<={n} or a larger batch"
+        )
+    return n
+
+
+def _params_of(node):
+    p = getattr(node, "parameters", None)
+    return list(p()) if p is not None else []
+
+
+def _name(f):
+    return getattr(f, "__qualname__", None) or type(f).__qualname__
