@@ -1,0 +1,120 @@
+"""The command line: ``somatize runs STORE`` and ``somatize check STORE``.
+
+The rule kept here: the command reads, never writes, and answers from the
+summaries (no pandas, no facts decoded) so that listing a thousand runs is
+instant. Exit status: 0 clean, 1 damage found, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+MARKER = "SOMATIZE"
+
+
+def _store_path(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise _Usage(f"{text}: no such folder; give the folder of a store (the one holding {MARKER})")
+    if not (path / MARKER).is_file():
+        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made")
+    return path
+
+
+class _Usage(Exception):
+    pass
+
+
+def _ago(when, now) -> str:
+    if not isinstance(when, (int, float)):
+        return "-"
+    seconds = max(0.0, now - when)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def runs_table(path) -> str:
+    """The text ``somatize runs`` prints."""
+    from ._record._runs import summaries
+
+    rows = summaries(Path(path))
+    if not rows:
+        return f"no runs in {path} yet"
+    names = []
+    for row in rows:
+        for name in row.get("summarising", {}):
+            if name not in names:
+                names.append(name)
+    now = time.time()
+    head = ["run", "state", "forwards", "facts", *names, "updated"]
+    lines = [head]
+    for row in rows:
+        stats = row.get("summarising", {})
+        lines.append(
+            [
+                row["run"],
+                row["state"],
+                str(row.get("forwards", 0)),
+                str(row.get("facts", 0)),
+                *(_number(stats.get(n, {}).get("last")) for n in names),
+                _ago(row.get("updated"), now),
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    right = {2, 3, *range(4, 4 + len(names))}
+    return "\n".join(
+        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+        for line in lines
+    )
+
+
+def check_report(path) -> tuple[str, bool]:
+    """The text ``somatize check`` prints, and whether the store is clean."""
+    from ._record._check import check_runs
+    from ._record._runs import run_names
+    from ._store import Store
+
+    path = Path(path)
+    problems = [str(p) for p in Store(path).check()]
+    run_problems, notes = check_runs(path)
+    problems += run_problems
+    out = [f"damaged: {p}" for p in problems] + [f"note: {n}" for n in notes]
+    verdict = f"{len(problems)} problem(s) in {path}" if problems else f"clean: {path} ({len(run_names(path))} runs)"
+    return "\n".join(out + [verdict]), not problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="somatize", description="Look at a somatize store.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("runs", help="list the runs of a store with their summaries and state").add_argument("store")
+    sub.add_parser("check", help="verify every object and every run's record").add_argument("store")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        path = _store_path(args.store)
+    except _Usage as e:
+        print(f"somatize {args.command}: {e}", file=sys.stderr)
+        return 2
+    if args.command == "runs":
+        print(runs_table(path))
+        return 0
+    report, clean = check_report(path)
+    print(report)
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
