@@ -1,0 +1,298 @@
+"""Objects: how a value becomes immutable, self-checking bytes, and back.
+
+The rule kept here: an object's bytes say what they are and prove they are
+whole. Decoding runs no code named by the data: only a codec registered under
+the name the header gives, or the tree format below, which is plain JSON.
+
+Object format (version 1), all integers little-endian::
+
+    offset 0     b"SMZ1"
+    offset 4     u32  H, the header's length
+    offset 8     header, JSON: {"codec": name, "meta": {...}, "sizes": [n0, n1, ...]}
+                 zero padding up to a multiple of 64
+                 buffer 0, zero padding up to a multiple of 64, buffer 1, ...
+    last 16      xxh3_128 of every byte before it
+
+Buffers start 64-byte aligned (relative to the file), so arrays decoded in
+place are aligned. The trailer lets a reader reject damage or truncation at
+memory speed; the digest of an object is ``sha256:`` + sha256 of all its
+bytes, trailer included, so ``check`` can re-hash a file against its name.
+
+Structured values (None, bool, int, float, str, list, tuple, dict with str
+keys, nested) are kept part by part: every leaf whose buffers exceed
+``INLINE_MAX`` bytes becomes an object of its own, and the structure becomes a
+manifest object, codec ``somatize/tree``, whose meta is ``{"tree": node}``.
+A node is a JSON scalar (None, bool, str, an int within 64 bits, a finite
+float) or a list tagged by its first item::
+
+    ["l", item, ...]             list
+    ["t", item, ...]             tuple
+    ["d", key, value, ...]       dict, keys are str, order kept
+    ["i", "123…"]                int beyond 64 bits, in decimal
+    ["f", "nan" | "inf" | "-inf"]
+    ["r", "sha256:…"]            a leaf kept as its own object
+    ["b", codec, meta, [base64 buffer, ...]]   a small leaf, inline
+
+So two structures that share a large array share its object, and a manifest
+never references another manifest (no cycles can be written, none are read).
+Subclasses of dict, list, tuple, int, float and str come back as the base type.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import struct
+
+import orjson
+import xxhash
+
+from ._codecs import codec_for, codec_named, how_to_register
+from ._errors import SomatizeTypeError, SomatizeValueError
+
+MAGIC = b"SMZ1"
+ALIGN = 64
+TRAILER = 16
+TREE = "somatize/tree"
+INLINE_MAX = 256  # a leaf this small costs more as a file than as base64
+_ZEROS = bytes(ALIGN)
+_INT64 = (-(2**63), 2**63)
+
+
+class Damaged(Exception):
+    """Bytes that are not a whole object; the store names the file and the name."""
+
+
+def _padding(n):
+    return -n % ALIGN
+
+
+def _byte_view(buffer):
+    view = memoryview(buffer)
+    if view.format == "B" and view.ndim == 1:
+        return view
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())  # a codec handed a strided view: copy once
+    return view.cast("B")
+
+
+def _to_json(obj):
+    if isinstance(obj, Encoded):
+        return obj.digest  # a leaf inside a manifest, hashed once its bytes are final
+    raise TypeError
+
+
+class Encoded:
+    """An object ready to write: ``parts`` concatenated are its bytes.
+
+    The buffers are the codec's own memory, never copied; ``digest`` is
+    computed on first use (or by a writer hashing while it writes)."""
+
+    __slots__ = ("codec", "parts", "size", "_digest")
+
+    def __init__(self, codec, meta, buffers):
+        views = [_byte_view(b) for b in buffers]
+        try:
+            header = orjson.dumps(
+                {"codec": codec, "meta": meta, "sizes": [v.nbytes for v in views]}, default=_to_json
+            )
+        except orjson.JSONEncodeError as e:
+            raise SomatizeValueError(
+                f"the codec {codec!r} returned meta that is not JSON ({e}); a codec's "
+                "meta must be made of dicts, lists, str, finite floats and 64-bit ints"
+            ) from None
+        head = MAGIC + struct.pack("<I", len(header)) + header
+        parts = [head + _ZEROS[: _padding(len(head))]]
+        for v in views:
+            parts.append(v)
+            if _padding(v.nbytes):
+                parts.append(_ZEROS[: _padding(v.nbytes)])
+        check = xxhash.xxh3_128()
+        for p in parts:
+            check.update(p)
+        parts.append(check.digest())
+        self.codec = codec
+        self.parts = parts
+        self.size = sum(memoryview(p).nbytes for p in parts)
+        self._digest = None
+
+    def hash(self):
+        h = hashlib.sha256()
+        for p in self.parts:
+            h.update(p)
+        self._digest = "sha256:" + h.hexdigest()
+        return self._digest
+
+    @property
+    def digest(self):
+        return self._digest or self.hash()
+
+
+def parse(buf):
+    """``(codec, meta, buffers)`` from an object's bytes, verified; raises ``Damaged``.
+
+    The buffers are views into ``buf`` (no copy)."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    size = view.nbytes
+    if size < 8 + TRAILER:
+        raise Damaged(f"truncated: {size} bytes, shorter than any object")
+    if view[:4] != MAGIC:
+        raise Damaged("not a somatize object (its first bytes are not SMZ1)")
+    if xxhash.xxh3_128(view[: size - TRAILER]).digest() != view[size - TRAILER :]:
+        raise Damaged("its bytes do not match their checksum: damaged or truncated")
+    (length,) = struct.unpack("<I", view[4:8])
+    try:
+        header = orjson.loads(view[8 : 8 + length])
+        codec, meta, sizes = header["codec"], header["meta"], header["sizes"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        raise Damaged("its header is not an object header") from None
+    if not isinstance(codec, str) or not all(type(n) is int and n >= 0 for n in sizes):
+        raise Damaged("its header is not an object header")
+    offset = 8 + length + _padding(8 + length)
+    buffers = []
+    for n in sizes:
+        buffers.append(view[offset : offset + n])
+        offset += n + _padding(n)
+    if offset + TRAILER != size:
+        raise Damaged(f"its header describes {offset + TRAILER} bytes, the file holds {size}")
+    return codec, meta, buffers
+
+
+# ---- structured values -------------------------------------------------------
+
+
+def _where(path):
+    return "value" + "".join(f"[{p!r}]" for p in path)
+
+
+def split(value):
+    """``(top, leaves)``: the object that stands for ``value`` and the leaf
+    objects it references (each once), to be written before it."""
+    if not isinstance(value, (dict, list, tuple, str, int, float, type(None))):
+        codec = codec_for(value)
+        if codec is None:
+            raise SomatizeTypeError(how_to_register(value))
+        meta, buffers = codec.encode(value)
+        return Encoded(codec.name, meta, buffers), []
+    leaves = {}
+    tree = _node(value, (), leaves, set())
+    try:
+        top = Encoded(TREE, {"tree": tree}, [])
+    except SomatizeValueError:
+        raise SomatizeValueError(
+            "the value is nested too deeply to keep (JSON allows about 250 levels); "
+            "flatten it, or keep its deep parts under names of their own"
+        ) from None
+    return top, list(leaves.values())
+
+
+def _node(v, path, leaves, open_):
+    t = type(v)
+    if v is None or t is bool or t is str:
+        return v
+    if t is int:
+        return v if _INT64[0] <= v < _INT64[1] else ["i", _decimal(v, path)]
+    if t is float:
+        return v if math.isfinite(v) else ["f", repr(v)]
+    if t in (list, tuple, dict):
+        return _container(v, t, path, leaves, open_)
+    codec = codec_for(v)
+    if codec is not None:
+        return _leaf(codec, v, leaves)
+    for base in (dict, list, tuple):
+        if isinstance(v, base):
+            return _container(v, base, path, leaves, open_)
+    for base in (bool, int, float, str):
+        if isinstance(v, base):
+            return _node(base(v), path, leaves, open_)
+    raise SomatizeTypeError(f"{_where(path)}: {how_to_register(v)}")
+
+
+def _container(v, kind, path, leaves, open_):
+    if id(v) in open_:
+        raise SomatizeValueError(
+            f"{_where(path)} contains itself; a kept value must be a tree, not a cycle"
+        )
+    open_.add(id(v))
+    try:
+        if kind is dict:
+            node = ["d"]
+            for k, item in v.items():
+                if type(k) is not str:
+                    raise SomatizeTypeError(
+                        f"{_where(path)} has the key {k!r} ({type(k).__name__}); kept dicts "
+                        f"need str keys: write {{str(k): v for k, v in d.items()}}"
+                    )
+                node += [k, _node(item, path + (k,), leaves, open_)]
+            return node
+        node = ["l" if kind is list else "t"]
+        node += [_node(item, path + (i,), leaves, open_) for i, item in enumerate(v)]
+        return node
+    finally:
+        open_.discard(id(v))
+
+
+def _decimal(v, path):
+    try:
+        return str(v)
+    except ValueError:
+        raise SomatizeValueError(
+            f"{_where(path)} is an int too long to write in decimal; keep it as bytes "
+            "(v.to_bytes(...)) instead"
+        ) from None
+
+
+def _leaf(codec, v, leaves):
+    meta, buffers = codec.encode(v)
+    views = [_byte_view(b) for b in buffers]
+    if sum(b.nbytes for b in views) <= INLINE_MAX:
+        return ["b", codec.name, meta, [base64.b64encode(b).decode() for b in views]]
+    leaf = Encoded(codec.name, meta, views)
+    # the same object twice in one value is one leaf; equal content, one file
+    return ["r", leaves.setdefault(id(v), leaf)]
+
+
+def build(tree, fetch):
+    """The value a manifest's tree stands for; ``fetch(digest)`` decodes a leaf."""
+    if not isinstance(tree, list):
+        if tree is None or isinstance(tree, (bool, int, float, str)):
+            return tree
+        raise Damaged(f"its tree holds {type(tree).__name__}")
+    if not tree or not isinstance(tree[0], str):
+        raise Damaged("its tree holds an untagged list")
+    tag, rest = tree[0], tree[1:]
+    if tag == "l":
+        return [build(x, fetch) for x in rest]
+    if tag == "t":
+        return tuple(build(x, fetch) for x in rest)
+    if tag == "d" and len(rest) % 2 == 0 and all(type(k) is str for k in rest[::2]):
+        return {k: build(x, fetch) for k, x in zip(rest[::2], rest[1::2])}
+    if tag == "i" and len(rest) == 1 and type(rest[0]) is str:
+        return int(rest[0])
+    if tag == "f" and rest in (["nan"], ["inf"], ["-inf"]):
+        return float(rest[0])
+    if tag == "r" and len(rest) == 1 and type(rest[0]) is str:
+        return fetch(rest[0])
+    if tag == "b" and len(rest) == 3 and isinstance(rest[2], list):
+        name, meta, encoded = rest
+        try:
+            buffers = [memoryview(bytearray(base64.b64decode(s, validate=True))) for s in encoded]
+        except (ValueError, TypeError):
+            raise Damaged("its tree holds an inline leaf that is not base64") from None
+        return codec_named(name).decode(meta, buffers)
+    raise Damaged(f"its tree holds an unknown node tagged {tag!r}")
+
+
+def references(tree):
+    """Every leaf digest a manifest's tree references (for ``check``)."""
+    found = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list) and node:
+            if node[0] == "r" and len(node) == 2:
+                found.append(node[1])
+            elif node[0] in ("l", "t", "d"):
+                stack.extend(node[1:])
+    return found
