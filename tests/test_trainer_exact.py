@@ -1,0 +1,145 @@
+"""The Trainer against a hand-written torch loop (the oracle): after K
+updates, weights and optimizer state agree to 1e-6 for plain steps, every=N,
+micro=N, both, partial groups, uneven batches and clipping."""
+
+import pytest
+import torch
+
+from somatize.torch import Trainer
+from torch_models import Oracle, batches, built, trained_optimizer
+
+MSE = torch.nn.functional.mse_loss
+
+
+def close(a, b, atol=1e-6):
+    torch.testing.assert_close(a, b, atol=atol, rtol=0)
+
+
+def agree(trainer, oracle):
+    got, want = trainer.export(), oracle.weights()
+    assert got.keys() == want.keys()
+    for node in want:
+        assert got[node].keys() == want[node].keys()
+        for k in want[node]:
+            close(got[node][k], want[node][k])
+    s_got = trainer.optimizer.state_dict()["state"]
+    s_want = oracle.opt.state_dict()["state"]
+    assert s_got.keys() == s_want.keys() and len(s_want) > 0
+    for i in s_want:
+        assert s_got[i].keys() == s_want[i].keys()
+        for k in s_want[i]:
+            close(s_got[i][k], s_want[i][k])
+
+
+def run(kind, dtype, every=1, micro=1, clip=None, groups=((64,),) * 5, flush=True):
+    """Train with the Trainer on `groups` of batches (each group a tuple of
+    batch sizes) and with the oracle on each group concatenated."""
+    g = built(dtype=dtype)
+    oracle = Oracle(g, kind, clip=clip)
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer(kind, g), every=every, micro=micro, clip=clip)
+    seed = 10
+    for sizes in groups:
+        group = [batches(1, n=n, dtype=dtype, seed=(seed := seed + 1))[0] for n in sizes]
+        for b in group:
+            trainer.step(b)
+        oracle.update(group)
+    if flush:
+        trainer.flush()
+    assert trainer.updates == len(groups)
+    return trainer, oracle
+
+
+KINDS = ["adam", "sgd"]
+DTYPES = [torch.float64, torch.float32]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_plain_steps_match_the_oracle(kind, dtype):
+    agree(*run(kind, dtype))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_plain_float32_steps_are_bit_identical_to_the_oracle(kind):
+    trainer, oracle = run(kind, torch.float32, groups=((64,),) * 8)
+    want = oracle.weights()
+    for node, named in trainer.export().items():
+        for k, t in named.items():
+            assert torch.equal(t, want[node][k]), (node, k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_4_is_one_step_on_the_4_batches_concatenated(kind, dtype):
+    agree(*run(kind, dtype, every=4, groups=((64,) * 4,) * 4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_micro_4_is_one_step_on_the_whole_batch(kind, dtype):
+    agree(*run(kind, dtype, micro=4, groups=((64,),) * 5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_2_micro_2_multiply(kind, dtype):
+    agree(*run(kind, dtype, every=2, micro=2, groups=((64, 64),) * 5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_partial_last_group_is_one_step_on_what_it_holds(kind, dtype):
+    # 4 + 4 + 3 steps with every=4: flush() closes the last group of 3.
+    agree(*run(kind, dtype, every=4, groups=((64,) * 4, (64,) * 4, (64,) * 3)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_uneven_batches_and_pieces_weigh_by_examples(kind):
+    # every=2 over batches of 64 and 16 (and a group of 16 then 64), micro=3
+    # cutting 64 into 22/21/21: still one step on the concatenation.
+    agree(*run(kind, torch.float64, every=2, micro=3, groups=((64, 16), (16, 64), (30, 30))))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_clip_matches_the_oracle_and_actually_clips(kind, dtype):
+    trainer, oracle = run(kind, dtype, every=2, clip=0.5, groups=((64, 64),) * 5)
+    assert max(oracle.norms) > 0.5  # the clip was not a no-op
+    agree(trainer, oracle)
+
+
+def test_without_flush_the_partial_group_is_still_open():
+    g = built(dtype=torch.float64)
+    before = g.node("head").out.weight.detach().clone()
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), every=4)
+    for b in batches(3, dtype=torch.float64):
+        trainer.step(b)
+    assert trainer.updates == 0 and torch.equal(g.node("head").out.weight, before)
+    assert trainer.flush() is True and trainer.updates == 1
+    assert trainer.flush() is False  # nothing left open
+
+
+def test_fit_closes_the_open_group_at_the_end_of_each_epoch():
+    # 3 batches, every=2, 2 epochs: groups (b0 b1) (b2) per epoch, 4 updates.
+    data = batches(3, dtype=torch.float64)
+    g = built(dtype=torch.float64)
+    oracle = Oracle(g, "adam")
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("adam", g), every=2)
+    trainer.fit(data, epochs=2, progress=False)
+    for _ in range(2):
+        oracle.update(data[:2])
+        oracle.update(data[2:])
+    assert trainer.updates == 4
+    agree(trainer, oracle)
+
+
+def test_the_loss_of_a_micro_step_is_the_loss_of_the_whole_batch():
+    g = built(dtype=torch.float64)
+    x, y = batches(1, dtype=torch.float64)[0]
+    with torch.no_grad():
+        whole = MSE(g.node("head").out(g.node("body").net(x)), y).item()
+    seen = []
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), micro=4, watching=seen.append)
+    assert trainer.step((x, y)) == pytest.approx(whole, rel=1e-12)
+    losses = [f["value"] for f in seen if f["fact"] == "loss"]
+    assert losses == [pytest.approx(whole, rel=1e-12)]
