@@ -1,0 +1,129 @@
+"""Every call of the reference notebook (shared/seed/03-training.txt), made
+the way it shows them, with what each one should give checked. Where the
+reference printed strings (fact values) or ``{}`` (fingerprints) we check
+the typed values and the frozen node's fingerprint instead, as DESIGN.md says."""
+
+import torch
+
+import somatize.torch  # noqa: F401  (registers the tensor codec)
+from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize.record import Live, curve, facts, forwards, nodes, progress, spent
+from somatize.torch import Trainer, freeze, parameters
+
+
+class Body(Node):
+    def __init__(self, width=32):
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width)
+        )
+
+    def forward(self, x, ctx):
+        return Opaque(self.net(x))
+
+    def parameters(self):
+        return list(self.net.parameters())
+
+
+class Head(Node):
+    def __init__(self, width=32):
+        self.out = torch.nn.Linear(width, 1)
+
+    def forward(self, x, ctx):
+        return Opaque(self.out(x))
+
+    def parameters(self):
+        return list(self.out.parameters())
+
+
+def built(width=32, lr=1e-2):
+    g = Graph.somatize(Body(width).named("body") >> Head(width).named("head"))
+    return g, torch.optim.Adam(parameters(g), lr=lr)
+
+
+truth = torch.randn(8, 1)
+
+
+def batch(how_many=64):
+    x = torch.randn(how_many, 8)
+    return x, x @ truth + 0.1 * torch.randn(how_many, 1)
+
+
+def shown(obj):
+    """What a notebook would display: the richest bundle the object offers."""
+    bundle = obj._repr_mimebundle_() if hasattr(obj, "_repr_mimebundle_") else None
+    if isinstance(bundle, tuple):
+        bundle = bundle[0]
+    return bundle or {"text/plain": repr(obj)}
+
+
+def test_the_reference_training_run(tmp_path):
+    torch.manual_seed(0)
+    g, optimizer = built()
+    store = Store(tmp_path / "store")
+    live = Live(title="training")
+    recorder = Recorder(store, run="a-run", summarising=["loss"])
+    trainer = Trainer(g, objective=torch.nn.functional.mse_loss, optimizer=optimizer, watching=[recorder, live])
+    first = None
+    for i in range(300):
+        value = trainer.step(batch())
+        first = value if first is None else first
+    assert trainer.updates == 300
+    assert shown(live)
+
+    ten = facts(store, run="a-run", forward=10)
+    assert [(f["fact"], f.get("node")) for f in ten] == [
+        ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
+    ]
+    assert all(isinstance(f[k], int) for f in ten for k in ("began_us", "took_us") if k in f)
+    assert isinstance(ten[-1]["value"], float)
+
+    losses = curve(store, run="a-run", name="loss")
+    assert len(losses) == 300 and float(losses.iloc[-1]) < first / 10  # it learned
+    assert len(forwards(store, run="a-run")) == 300
+    assert set(nodes(store, run="a-run")["node"]) == {"body", "head"}
+    assert shown(progress(store, run="a-run"))
+    assert shown(spent(store, run="a-run"))
+
+    digest = store.keep("a-run/weights", trainer.export())
+    assert digest.startswith("sha256:") and len(digest) == 7 + 64
+    kept = store.recall("a-run/weights")
+    assert sorted(kept) == ["body", "head"]
+    for node, named in trainer.export().items():
+        for k, t in named.items():
+            assert torch.equal(kept[node][k], t)
+
+
+def test_a_group_of_four_steps_makes_one_update():
+    g, optimizer = built()
+    seen = []
+    grouped = Trainer(g, objective=torch.nn.functional.mse_loss, optimizer=optimizer, every=4, watching=seen.append)
+    for _ in range(8):
+        grouped.step(batch())
+    said = [one["fact"] for one in seen]
+    assert (said.count("loss"), said.count("updated")) == (8, 2)
+
+
+def test_a_frozen_cached_body_runs_once_per_batch(tmp_path):
+    frozen_g = Graph.somatize(Body().named("body").frozen().cached() >> Head().named("head"))
+    freeze(frozen_g)
+    prints = frozen_g.fingerprints()
+    assert list(prints) == ["body"] and prints["body"].startswith("sha256:")
+
+    kept = tmp_path / "kept"
+    told = []
+    said = lambda f: told.append((f["fact"], f.get("node", "")))  # noqa: E731
+
+    same = Opaque(torch.randn(4, 8))
+    outs = []
+    for _ in ("first time", "same batch again"):
+        told.clear()
+        outs.append(frozen_g.forward(same, store=kept, watching=said))
+        if len(outs) == 1:
+            assert told == [("ran", "body"), ("kept", "body"), ("ran", "head"), ("finished", "")]
+    assert told == [("recalled", "body"), ("ran", "head"), ("finished", "")]
+    assert torch.equal(outs[0], outs[1])
+    assert outs[1].grad_fn is not None and outs[1].shape == (4, 1)
+
+    told.clear()
+    frozen_g.forward(Opaque(torch.randn(4, 8)), store=kept, watching=said)
+    assert told == [("ran", "body"), ("kept", "body"), ("ran", "head"), ("finished", "")]
