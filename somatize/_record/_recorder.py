@@ -45,6 +45,8 @@ from ._runs import (
 FLUSH_EVERY = 0.1  # seconds; another process sees facts within about this
 TOOK = "finished/took_us"  # the series of whole-forward times
 _NUMBERS = (int, float, np.integer, np.floating)
+CHUNK = 8192  # pending items a flush takes at a time
+_NODE_KINDS = frozenset(("ran", "recalled", "kept"))
 
 
 class Recorder:
@@ -108,11 +110,14 @@ class Recorder:
             n = len(pending)
             if not n:
                 return
-            batch = pending[:n]
-            groups = self._grouped(batch)
-            if groups:
+            batch = _Batch()
+            # In chunks: one huge young list would be walked by every
+            # collection of the cyclic GC while the flush allocates.
+            for start in range(0, n, CHUNK):
+                self._absorb(self._grouped(pending[start : min(start + CHUNK, n)]), batch)
+            if batch.count:
                 try:
-                    self._write(groups)
+                    self._commit(batch)
                 except BaseException as e:
                     self._error = e
                     raise
@@ -164,67 +169,81 @@ class Recorder:
         """[(forward, [facts])] from pending facts and forward markers."""
         groups = []
         forward, has = self._forward, self._has_facts
-        current = None
-        for fact in batch:
-            if fact is None:
-                if has:
-                    forward += 1
-                    has = False
-                current = None
-                continue
-            if current is None:
-                current = []
-                groups.append((forward, current))
-            current.append(fact)
-            has = True
+        start = 0
+        for mark in [i for i, fact in enumerate(batch) if fact is None] + [None]:
+            stop = len(batch) if mark is None else mark
+            if stop > start:
+                groups.append((forward, batch[start:stop]))
+                has = True
+            if mark is not None and has:  # the next forward begins
+                forward += 1
+                has = False
+            start = stop + 1
         self._forward, self._has_facts = forward, has
         return groups
 
-    def _write(self, groups):
+    def _absorb(self, groups, batch):
+        """Encode ``groups`` into ``batch`` and fold them into the summary."""
+        if not groups:
+            return
         data, rows = _log.encode_blocks(groups)
+        batch.rows.extend((f, l, len(batch.data) + o, n) for f, l, o, n in rows)
+        batch.data += data
+        batch.last = groups[-1][0]
         summary = self._summary
         nodes = summary["nodes"]
         stats = summary["summarising"]
-        points: dict = {}
-        count = 0
+        points = batch.points
+        numbers = _NUMBERS
         for forward, facts in groups:
-            count += len(facts)
+            batch.count += len(facts)
             for fact in facts:
                 kind = fact.get("fact")
-                if kind == "ran" or kind == "recalled" or kind == "kept":
-                    node = str(fact.get("node"))
+                if kind in _NODE_KINDS:
+                    node = fact.get("node")
                     agg = nodes.get(node)
                     if agg is None:
-                        agg = nodes[node] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
+                        agg = nodes[str(node)] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
                     agg[kind] += 1
                     took = fact.get("took_us")
-                    if isinstance(took, _NUMBERS):
+                    if type(took) is int or isinstance(took, numbers):
                         agg["total_us"] += took
-                        if kind != "kept" and took > agg["max_us"]:
+                        if took > agg["max_us"] and kind != "kept":
                             agg["max_us"] = took
-                elif kind == "finished":
-                    took = fact.get("took_us")
-                    if isinstance(took, _NUMBERS):
-                        _point(points, TOOK, forward, took)
+                    continue
+                if kind == "finished":
+                    name, value = TOOK, fact.get("took_us")
                 else:
                     value = fact.get("value")
-                    if value is None or type(value) is bool or not isinstance(value, _NUMBERS):
+                    if value is None:
                         continue
                     node = fact.get("node")
-                    _point(points, str(kind) if node is None else f"{kind}/{node}", forward, value)
-                    if kind in stats:
-                        _summarise(stats[kind], float(value))
+                    name = kind if node is None else f"{kind}/{node}"
+                if type(value) is bool or not isinstance(value, numbers):
+                    continue
+                pair = points.get(name)
+                if pair is None:
+                    pair = points[name] = ([], [])
+                pair[0].append(forward)
+                pair[1].append(value)
+                if kind in stats:
+                    _summarise(stats[kind], float(value))
+
+    def _commit(self, batch):
+        """Log first, then series, index, summary: each file only ever holds
+        what the ones written before it hold."""
+        summary = self._summary
         base = self._log_bytes
-        _log.append(self._fd(LOG), data)
+        _log.append(self._fd(LOG), batch.data)
         series = summary["series"]
-        for name, (forwards, values) in points.items():
+        for name, (forwards, values) in batch.points.items():
             _log.append(self._fd(_log.series_file(self._series, name)), _log.points_bytes(forwards, values))
             series[name] = series.get(name, 0) + len(forwards) * _log.POINT.itemsize
-        _log.append(self._fd(INDEX), _log.index_bytes(rows, base))
-        self._log_bytes = base + len(data)
+        _log.append(self._fd(INDEX), _log.index_bytes(batch.rows, base))
+        self._log_bytes = base + len(batch.data)
         summary["log_bytes"] = self._log_bytes
-        summary["facts"] += count
-        summary["forwards"] = max(summary["forwards"], groups[-1][0] + 1)
+        summary["facts"] += batch.count
+        summary["forwards"] = max(summary["forwards"], batch.last + 1)
         self._write_summary()
 
     def _write_summary(self):
@@ -286,7 +305,9 @@ class Recorder:
         self._has_facts = summary["forwards"] > 0
         self._write_summary()
         if replay:
-            self._write(replay)
+            batch = _Batch()
+            self._absorb(replay, batch)
+            self._commit(batch)
             self._forward, self._has_facts = replay[-1][0], True
 
     def _recover(self, summary):
@@ -333,12 +354,15 @@ class Recorder:
             self._lock_fd = None
 
 
-def _point(points, name, forward, value):
-    pair = points.get(name)
-    if pair is None:
-        pair = points[name] = ([], [])
-    pair[0].append(forward)
-    pair[1].append(value)
+class _Batch:
+    """What one flush will write."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.rows: list = []
+        self.points: dict = {}
+        self.count = 0
+        self.last = -1
 
 
 def _summarise(s, value):
