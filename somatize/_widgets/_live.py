@@ -1,0 +1,272 @@
+"""`Live`: a watcher that is also a panel.
+
+The rule it keeps: the training loop never waits for the picture. Handing
+`Live` a fact only updates a few numbers and a bounded curve (well under a
+microsecond of work); pictures are sent to the front end at most ten times a
+second, from a timer, and the last state always arrives: a timer is armed
+whenever something changed since the last send, and the end of the notebook
+cell sends the final state at once.
+
+Nothing here imports Jupyter until the object is displayed, so a script can
+watch with `Live` at no cost beyond the counting.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+
+from . import _svg
+
+INTERVAL_S = 0.1  # at most ten front-end updates a second
+CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
+
+
+class Curve:
+    """A loss curve of bounded size: buckets of `stride` steps, each keeping
+    mean, lowest and highest. When the buckets are full, neighbours merge and
+    the stride doubles, so a 1M-step run costs what a 512-step run does."""
+
+    __slots__ = ("size", "stride", "mean", "lo", "hi", "_n", "_sum", "_lo", "_hi")
+
+    def __init__(self, size=CURVE_POINTS):
+        self.size = size
+        self.stride = 1
+        self.mean, self.lo, self.hi = [], [], []
+        self._n, self._sum, self._lo, self._hi = 0, 0.0, math.inf, -math.inf
+
+    def add(self, value):
+        self._n += 1
+        self._sum += value
+        if value < self._lo:
+            self._lo = value
+        if value > self._hi:
+            self._hi = value
+        if self._n == self.stride:
+            self._close()
+
+    def _close(self):
+        self.mean.append(self._sum / self._n)
+        self.lo.append(self._lo)
+        self.hi.append(self._hi)
+        self._n, self._sum, self._lo, self._hi = 0, 0.0, math.inf, -math.inf
+        if len(self.mean) == self.size:
+            self._halve()
+
+    def _halve(self):
+        m, lo, hi = self.mean, self.lo, self.hi
+        self.mean = [(m[i] + m[i + 1]) / 2 for i in range(0, len(m), 2)]
+        self.lo = [min(lo[i], lo[i + 1]) for i in range(0, len(lo), 2)]
+        self.hi = [max(hi[i], hi[i + 1]) for i in range(0, len(hi), 2)]
+        self.stride *= 2
+
+    def points(self):
+        """[(step, mean, lo, hi)], steps counted from 1, the open bucket last."""
+        out = [
+            ((i + 0.5) * self.stride + 0.5, _finite(m), _finite(a), _finite(b))
+            for i, (m, a, b) in enumerate(zip(self.mean, self.lo, self.hi))
+        ]
+        if self._n:
+            base = len(self.mean) * self.stride
+            out.append((base + (self._n + 1) / 2, _finite(self._sum / self._n), _finite(self._lo), _finite(self._hi)))
+        return out
+
+
+def _finite(x):
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+class Live:
+    """Watch a run as it happens; display it to see it, during or after.
+
+    `Live(title="training")` goes in `watching=` beside a `Recorder`; put
+    `live` alone at the end of a cell to show it. It counts steps (one per
+    `loss` fact), forwards and updates, and keeps the last and best loss.
+    """
+
+    def __init__(self, title="run"):
+        self.title = str(title)
+        self.steps = self.forwards = self.updates = 0
+        self.last = None
+        self.best = math.inf
+        self.error = None
+        self._curve = Curve()
+        self._state = "waiting"
+        self._in_forward = False
+        self._began = self._ended = None
+        # The front end: a view once displayed, and the throttle's state.
+        self._view = None
+        self._displays = []
+        self._timer = None
+        self._due = 0.0
+        self._version = 0
+        self._lock = threading.Lock()
+        self._hooked = None
+
+    # --- the watcher: the hot path ------------------------------------------
+    def __call__(self, fact):
+        kind = fact["fact"]
+        if kind == "loss":
+            value = fact["value"]
+            self.steps += 1
+            self.last = value
+            if value < self.best:
+                self.best = value
+            self._curve.add(value)
+        elif kind == "finished":
+            self.forwards += 1
+            self._in_forward = False
+            self._ended = time.monotonic()
+        elif kind == "updated":
+            self.updates += 1
+        self._version += 1
+        if self._view is not None and self._timer is None:
+            self._poke()
+
+    def forward_began(self):
+        self._in_forward = True
+        if self._state != "running":
+            self._start()
+
+    def _start(self):
+        now = time.monotonic()
+        if self._began is None:
+            self._began = now
+        self._state, self.error = "running", None
+        self._hook()
+
+    # --- state -----------------------------------------------------------------
+    @property
+    def state(self):
+        """'waiting', 'running', 'finished' or 'failed'."""
+        return self._state
+
+    def snapshot(self):
+        """Everything the panel shows, as plain data (what is sent)."""
+        elapsed = (self._ended or self._began or 0) - (self._began or 0)
+        return {
+            "title": self.title,
+            "state": self._state,
+            "error": self.error,
+            "steps": self.steps,
+            "forwards": self.forwards,
+            "updates": self.updates,
+            "last": _finite(self.last),
+            "best": _finite(self.best),
+            "elapsed_s": round(elapsed, 3),
+            "steps_per_s": round(self.steps / elapsed, 2) if elapsed > 0 else None,
+            "stride": self._curve.stride,
+            "curve": [list(p) for p in self._curve.points()],
+        }
+
+    # --- the end of a notebook cell decides finished or failed -------------------
+    def _hook(self):
+        if self._hooked is not None:
+            return
+        shell = _ipython()
+        if shell is not None:
+            shell.events.register("post_run_cell", self._cell_ended)
+            self._hooked = shell
+
+    def _cell_ended(self, result=None):
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        self.end(error)
+
+    def end(self, error=None):
+        """Mark the run finished (or failed with `error`) and send the final
+        state now. Called by the notebook at the end of the cell that ran it;
+        call it yourself outside a notebook."""
+        if self._hooked is not None:
+            self._hooked.events.unregister("post_run_cell", self._cell_ended)
+            self._hooked = None
+        if self._state != "running":
+            return
+        self._state = "failed" if error is not None else "finished"
+        self.error = None if error is None else type(error).__name__
+        if self._ended is None:
+            self._ended = time.monotonic()
+        self.flush()
+        for handle in self._displays:
+            handle.update(self._bundle(), raw=True)
+
+    # --- the throttle ----------------------------------------------------------------
+    def _poke(self):
+        with self._lock:
+            if self._timer is not None:
+                return
+            wait = self._due - time.monotonic()
+            if wait <= 0:
+                self._send()
+            else:
+                self._arm(wait)
+
+    def _arm(self, wait):
+        self._timer = threading.Timer(wait, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self):
+        with self._lock:
+            seen = self._version
+            self._send()
+            self._timer = None
+            if self._version != seen:  # a fact slipped in while sending
+                self._arm(INTERVAL_S)
+
+    def _send(self):
+        self._due = time.monotonic() + INTERVAL_S
+        if self._view is not None:
+            self._view.status = self.snapshot()
+
+    def flush(self):
+        """Send the current state now, whatever the throttle says."""
+        with self._lock:
+            self._send()
+
+    # --- display ---------------------------------------------------------------------
+    def _ensure_view(self):
+        if self._view is None:
+            from ._views import LiveView
+
+            self._view = LiveView(status=self.snapshot())
+        return self._view
+
+    def _bundle(self):
+        from ._views import view_bundle
+
+        view = self._ensure_view()
+        self.flush()
+        return {**view_bundle(view), "text/html": self.to_html(), "text/plain": repr(self)}
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self._bundle()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        handle = display(self._bundle(), raw=True, display_id=True)
+        if handle is not None:
+            self._displays.append(handle)
+
+    def to_html(self):
+        """The static picture: what GitHub, nbviewer and nbconvert show."""
+        return _svg.live_html(self.snapshot())
+
+    def __repr__(self):
+        best = _finite(self.best)
+        return (
+            f"Live({self.title!r}: {self._state}, {self.steps} steps, "
+            f"last loss {_fmt(self.last)}, best {_fmt(best)})"
+        )
+
+
+def _fmt(x):
+    return "—" if x is None else f"{x:.4g}"
+
+
+def _ipython():
+    # Only a running IPython has cells to end; a script never imports it.
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None

@@ -1,0 +1,164 @@
+"""`progress(store, run=...)`: a named fact over steps, as a bqplot figure.
+
+The rule it keeps: what is sent to the page is bounded, whatever the length
+of the run. A curve is thinned to at most `POINTS` bucket means before it
+leaves Python (a 1M-step run and a 1k-step run weigh the same in a saved
+notebook); smoothing and the log scale are applied here, from the full curve.
+bqplot's figure sits beside the controls in an ipywidgets box, never inside
+an anywidget (STACK.md: embedding it clips).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _svg
+
+POINTS = 2000
+
+
+def thinned(values, points=POINTS):
+    """(steps, means): at most `points` bucket means of `values`, each at the
+    mean step of its bucket. Non-finite values are dropped first."""
+    values = np.asarray(values, dtype=np.float64)
+    steps = np.arange(len(values), dtype=np.float64)
+    keep = np.isfinite(values)
+    values, steps = values[keep], steps[keep]
+    if len(values) <= points:
+        return steps, values
+    edges = np.linspace(0, len(values), points + 1).astype(np.int64)
+    sums = np.add.reduceat(values, edges[:-1])
+    counts = np.diff(edges)
+    return np.add.reduceat(steps, edges[:-1]) / counts, sums / counts
+
+
+def smoothed(values, weight):
+    """Exponential moving average, debiased (the first points are not pulled to 0)."""
+    if weight <= 0 or len(values) == 0:
+        return np.asarray(values, dtype=np.float64)
+    out = np.empty(len(values))
+    acc, norm = 0.0, 0.0
+    for i, v in enumerate(values):
+        acc = weight * acc + (1 - weight) * v
+        norm = weight * norm + (1 - weight)
+        out[i] = acc / norm
+    return out
+
+
+class Progress:
+    """The answer of `progress`: a figure in a notebook; `.curves` (one
+    pandas Series per run) everywhere."""
+
+    def __init__(self, store, runs, name):
+        from somatize.record import curve
+
+        self.name = name
+        self.runs = runs
+        self.curves = {run: curve(store, run=run, name=name) for run in runs}
+        self.thin = {run: thinned(c.to_numpy()) for run, c in self.curves.items()}
+        self._box = None
+
+    def _series(self, smoothing=0.0):
+        return [
+            {"name": run, "color": _svg.SERIES[i % len(_svg.SERIES)],
+             "points": list(zip(x.tolist(), smoothed(y, smoothing).tolist()))}
+            for i, (run, (x, y)) in enumerate(self.thin.items())
+        ]
+
+    def to_html(self):
+        log = _wants_log(self.thin.values())
+        chart = _svg.line_chart(self._series(), xlabel="step", ylabel=self.name + (" (log scale)" if log else ""), log=log)
+        title = f"{self.name} over steps — " + ", ".join(f"run {r!r}" for r in self.runs)
+        return _svg.boxed(chart, title)
+
+    def widget(self):
+        """The interactive figure: zoom and pan (drag, wheel), log scale,
+        smoothing, values on hover, a legend when several runs overlay."""
+        if self._box is None:
+            self._box = _figure(self)
+        return self._box
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
+        try:
+            from ._views import view_bundle
+
+            bundle.update(view_bundle(self.widget()))
+        except ImportError:
+            pass
+        return bundle
+
+    def __repr__(self):
+        parts = []
+        for run, c in self.curves.items():
+            last = c.iloc[-1] if len(c) else None
+            parts.append(f"{run!r}: {len(c)} steps, last {self.name} {_svg.number(last)}")
+        return f"progress({self.name}: " + "; ".join(parts) + ")"
+
+
+def _wants_log(thins):
+    ys = np.concatenate([y for _, y in thins]) if thins else np.empty(0)
+    return bool(len(ys)) and bool((ys > 0).all()) and ys.max() / ys.min() > 100
+
+
+def _figure(p):
+    import bqplot as bq
+    import ipywidgets as widgets
+
+    x_scale = bq.LinearScale()
+    scales = {"linear": bq.LinearScale(), "log": bq.LogScale()}
+    start = "log" if _wants_log(p.thin.values()) else "linear"
+    y_scale = scales[start]
+    many = len(p.thin) > 1
+    lines, dots = [], []
+    for i, (run, (x, y)) in enumerate(p.thin.items()):
+        color = _svg.SERIES[i % len(_svg.SERIES)]
+        lines.append(bq.Lines(x=x, y=y, scales={"x": x_scale, "y": y_scale}, colors=[color], labels=[run],
+                              display_legend=many, stroke_width=1.75))
+        # Invisible points carry the hover values (a line has no per-point tooltip).
+        dots.append(bq.Scatter(x=x, y=y, scales={"x": x_scale, "y": y_scale}, colors=[color], default_size=24,
+                               default_opacities=[0.0],
+                               tooltip=bq.Tooltip(fields=["x", "y"], labels=["step", p.name], formats=[".0f", ".4g"])))
+    x_axis = bq.Axis(scale=x_scale, label="step", tick_format=",d", grid_lines="solid")
+    y_axis = bq.Axis(scale=y_scale, orientation="vertical", label=p.name, tick_format=".3g", grid_lines="solid",
+                     label_offset="50px")
+    zoom = bq.interacts.PanZoom(scales={"x": [x_scale], "y": [y_scale]})
+    fig = bq.Figure(marks=lines + dots, axes=[x_axis, y_axis], interaction=zoom, legend_location="top-right",
+                    title=f"{p.name} over steps", fig_margin={"top": 40, "bottom": 50, "left": 70, "right": 20},
+                    layout=widgets.Layout(width="100%", max_width="900px", height="360px"))
+    fig.add_class("somatize-progress")
+
+    log = widgets.ToggleButton(value=start == "log", description="log scale", tooltip="log scale on the y axis")
+    smooth = widgets.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
+                                 readout_format=".2f", continuous_update=False)
+    reset = widgets.Button(description="reset zoom", tooltip="show every step again")
+
+    def relog(change):
+        new = scales["log" if change["new"] else "linear"]
+        for mark in lines + dots:
+            mark.scales = {"x": x_scale, "y": new}
+        y_axis.scale = new
+        zoom.scales = {"x": [x_scale], "y": [new]}
+
+    def resmooth(change):
+        for line, (x, y) in zip(lines, p.thin.values()):
+            line.y = smoothed(y, change["new"])
+
+    def rezoom(_):
+        for s in (x_scale, *scales.values()):
+            s.min = s.max = None
+
+    log.observe(relog, "value")
+    smooth.observe(resmooth, "value")
+    reset.on_click(rezoom)
+    hint = widgets.HTML("<span style='font-size:11px;color:var(--jp-ui-font-color2,#6b7280)'>"
+                        "drag to pan, wheel to zoom, hover for values</span>")
+    controls = widgets.HBox([log, smooth, reset, hint], layout=widgets.Layout(align_items="center", gap="8px"))
+    return widgets.VBox([controls, fig])
+
+
+def progress(store, run, name="loss"):
+    """The fact `name` (default `loss`) of `run` over steps, as an interactive
+    figure; `run=["a", "b"]` overlays runs with a legend."""
+    runs = [run] if isinstance(run, str) else list(run)
+    return Progress(store, runs, name)

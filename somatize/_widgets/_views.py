@@ -1,0 +1,40 @@
+"""The anywidget front ends. Imported only when something is displayed, so
+that watching, querying and scripts never import Jupyter.
+
+The rule it keeps: a view holds plain data in one synced trait, so one change
+on the Python side is one message to the front end (what the throttle counts).
+The JavaScript lives in `static/` (copied from `js/widgets/`, see its README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anywidget
+import traitlets
+
+STATIC = Path(__file__).parent / "static"
+
+
+class LiveView(anywidget.AnyWidget):
+    _esm = STATIC / "live.js"
+    _css = STATIC / "panel.css"
+    status = traitlets.Dict().tag(sync=True)
+
+
+class SpentView(anywidget.AnyWidget):
+    _esm = STATIC / "spent.js"
+    _css = STATIC / "panel.css"
+    spent = traitlets.Dict().tag(sync=True)
+
+
+class GraphView(anywidget.AnyWidget):
+    _esm = STATIC / "graph.js"
+    _css = STATIC / "panel.css"
+    graph = traitlets.Dict().tag(sync=True)
+
+
+def view_bundle(widget):
+    """The mime entry that makes a front end draw `widget` (any ipywidget)."""
+    return {"application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
+                                                         "model_id": widget.model_id}}
