@@ -109,8 +109,8 @@ class _NumpyArray:
                 "Python objects. Convert it to a numeric or string dtype, or "
                 "wrap it as `Opaque(array)`."
             )
-        a = np.ascontiguousarray(value)
-        return {"dtype": a.dtype.str, "shape": list(a.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
+        a = np.ascontiguousarray(value)  # makes a 0-d array 1-d: the shape comes from value
+        return {"dtype": a.dtype.str, "shape": list(value.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
 
     def decode(self, meta, buffers):
         dtype = np.dtype(meta["dtype"])
