@@ -56,6 +56,11 @@ ALIGN = 64
 TRAILER = 16
 TREE = "somatize/tree"
 INLINE_MAX = 256  # a leaf this small costs more as a file than as base64
+MAX_DEPTH = 200  # JSON (orjson) writes at most 255 levels
+_TOO_DEEP = (
+    f"the value is nested more than {MAX_DEPTH} levels deep, too deep to keep; flatten it, "
+    "or keep its deep parts under names of their own"
+)
 _ZEROS = bytes(ALIGN)
 _INT64 = (-(2**63), 2**63)
 
@@ -180,10 +185,7 @@ def split(value):
     try:
         top = Encoded(TREE, {"tree": tree}, [])
     except SomatizeValueError:
-        raise SomatizeValueError(
-            "the value is nested too deeply to keep (JSON allows about 250 levels); "
-            "flatten it, or keep its deep parts under names of their own"
-        ) from None
+        raise SomatizeValueError(_TOO_DEEP) from None
     return top, list(leaves.values())
 
 
@@ -210,6 +212,8 @@ def _node(v, path, leaves, open_):
 
 
 def _container(v, kind, path, leaves, open_):
+    if len(path) >= MAX_DEPTH:
+        raise SomatizeValueError(_TOO_DEEP)
     if id(v) in open_:
         raise SomatizeValueError(
             f"{_where(path)} contains itself; a kept value must be a tree, not a cycle"

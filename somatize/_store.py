@@ -92,7 +92,15 @@ class Store:
         self._tmp = self.path / "tmp"
         self._objects = self.path / "objects"
         self._names = self.path / "names"
-        self._open()
+        try:
+            self._open()
+        except PermissionError as e:
+            if isinstance(e, SomatizeError):
+                raise
+            raise StoreNotWritable(
+                f"Store({str(self.path)!r}): permission denied on {e.filename!r}. Pass a folder "
+                "you can read and write to, or fix its permissions."
+            ) from None
 
     def __repr__(self):
         return f"Store({str(self.path)!r})"
@@ -113,11 +121,6 @@ class Store:
             raise SomatizeValueError(
                 f"Store({str(root)!r}) cannot be created: {str(blocker)!r} is a file, not a "
                 "folder. Pass a path whose parents are folders."
-            ) from None
-        except PermissionError:
-            raise StoreNotWritable(
-                f"Store({str(root)!r}) cannot be created: permission denied. Pass a folder "
-                "you can write to."
             ) from None
         marker = root / "SOMATIZE"
         if not marker.exists():

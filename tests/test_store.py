@@ -1,0 +1,459 @@
+"""The Store keeps values whole, refuses what it cannot keep, and never hands
+back bytes it did not write."""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from somatize import Store, register_codec
+from somatize._errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from somatize._objects import INLINE_MAX, Encoded
+from somatize._store import _MAP_AT, as_store, digest_of
+
+BIG = np.arange(INLINE_MAX, dtype=np.float64)  # larger than INLINE_MAX bytes: a leaf object of its own
+
+
+def objects(store):
+    return sorted(p for p in (store.path / "objects").rglob("*") if p.is_file())
+
+
+def same(a, b):
+    """Equal in value and in type, all the way down (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    if isinstance(a, np.generic):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+SCALARS = [None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**63, 2**64 + 1, -(2**200), 1.5, -0.0, 1e-310,
+           float("nan"), float("inf"), float("-inf"), "", "héllo ✓ \u2028", b"", b"\x00\xff" * 3]
+
+
+@pytest.mark.parametrize("value", SCALARS, ids=repr)
+def test_a_scalar_comes_back_as_it_was(store, value):
+    store.keep("v", value)
+    assert same(store.recall("v"), value)
+
+
+ARRAYS = {
+    "float64": np.linspace(-1, 1, 1000),
+    "int8": np.arange(-100, 100, dtype=np.int8),
+    "bool": np.arange(600) % 3 == 0,
+    "complex": np.arange(100) * (1 + 2j),
+    "0-d": np.array(3.25),
+    "empty": np.empty((0, 3), np.float32),
+    "2-d": np.arange(600.0).reshape(20, 30),
+    "strided": np.arange(2000.0)[::3],
+    "transposed": np.arange(600.0).reshape(20, 30).T,
+    "big-endian f8": np.arange(500, dtype=">f8"),
+    "big-endian i4": np.arange(500, dtype=">i4"),
+    "unicode": np.array(["a", "bcd", "é"]),
+    "small": np.array([1, 2, 3], np.uint16),
+}
+
+
+@pytest.mark.parametrize("name", ARRAYS)
+def test_an_array_comes_back_with_its_dtype_shape_and_values(store, name):
+    a = ARRAYS[name]
+    store.keep("top", a)
+    store.keep("nested", {"x": [a]})
+    assert same(store.recall("top"), a)
+    assert same(store.recall("nested")["x"][0], a)
+
+
+def test_random_doubles_come_back_bit_for_bit(store):
+    bits = np.random.default_rng(1).integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True)
+    floats = [float(x) for x in bits.view(np.float64)]
+    back = store.recall(store.put(floats))
+    assert np.array_equal(np.array(back).view(np.uint64), np.array(floats).view(np.uint64))
+
+
+def test_structures_keep_their_kinds_and_order(store):
+    value = {"z": 1, "a": (1, (2, [3, {"k": ()}])), "m": [], "e": {}, "b": [None, (), [()]], "np": np.float32(2.5)}
+    store.keep("v", value)
+    back = store.recall("v")
+    assert same(back, value)
+    assert list(back) == ["z", "a", "m", "e", "b", "np"]
+
+
+def test_subclasses_of_containers_come_back_as_their_base(store):
+    from collections import OrderedDict, namedtuple
+
+    Point = namedtuple("Point", "x y")
+    back = store.recall(store.put(OrderedDict(b=Point(1, 2.0), a=[1])))
+    assert type(back) is dict and type(back["b"]) is tuple
+    assert back == {"b": (1, 2.0), "a": [1]} and list(back) == ["b", "a"]
+
+
+def test_a_recalled_array_is_writable_and_writing_it_changes_nothing_kept(store):
+    for size in (1000, _MAP_AT // 8 + 1000):  # read into memory, and mapped
+        a = np.arange(size, dtype=np.float64)
+        store.keep("a", a)
+        back = store.recall("a")
+        back[:] = -1
+        assert same(store.recall("a"), a)
+        assert store.check() == []
+
+
+def test_parts_shared_by_two_values_are_stored_once(store):
+    first = {"body": BIG, "head": np.ones(100)}
+    store.keep("one", first)
+    before = objects(store)
+    assert len(before) == 3  # two leaves and a manifest
+    store.keep("two", {"renamed": {"deeper": BIG.copy()}, "list": [BIG]})
+    after = objects(store)
+    assert len(after) == len(before) + 1  # only the new manifest
+    assert sum(p.stat().st_size for p in after) < 2 * BIG.nbytes + 2 * 800 + 4096
+    assert same(store.recall("two")["list"][0], BIG)
+
+
+def test_keeping_one_value_twice_writes_nothing_new(store):
+    d1 = store.keep("a", {"x": BIG})
+    files = objects(store)
+    mtimes = [p.stat().st_mtime_ns for p in files]
+    d2 = store.keep("b", {"x": BIG.copy()})
+    assert d1 == d2
+    assert objects(store) == files and [p.stat().st_mtime_ns for p in files] == mtimes
+
+
+def test_names_may_hold_slashes_and_list_sorted(store):
+    for name in ("b-run/weights", "a-run/weights", "a-run/x/deep", "top"):
+        store.keep(name, name)
+    assert store.names() == ["a-run/weights", "a-run/x/deep", "b-run/weights", "top"]
+    assert store.names(prefix="a-run/") == ["a-run/weights", "a-run/x/deep"]
+    assert store.recall("a-run/x/deep") == "a-run/x/deep"
+
+
+def test_keeping_a_name_again_moves_it(store):
+    d1 = store.keep("n", 1)
+    d2 = store.keep("n", 2)
+    assert d1 != d2
+    assert store.lookup("n") == d2 and store.recall("n") == 2
+    assert store.recall(d1) == 1  # the old object stays
+
+
+def test_lookup_answers_none_for_unknown_names(store):
+    store.keep("a/b", 1)
+    assert store.lookup("missing") is None
+    assert store.lookup("a") is None  # a folder of names is not a name
+    assert store.lookup("../x") is None
+
+
+@pytest.mark.parametrize(
+    "name, fix",
+    [
+        ("", 'write e.g. "a-run/weights"'),
+        ("/abs/x", "write 'abs/x'"),
+        ("a/../b", "cannot have '.' or '..'"),
+        ("a//b", "write 'a/b'"),
+        ("a/", "write 'a'"),
+        ("a\x00b", "control characters"),
+        ("a\\b", "write 'a/b'"),
+        ("sha256:" + "0" * 64, "drop that prefix"),
+        ("x" * 300, "at most 255 bytes"),
+    ],
+)
+def test_a_bad_name_is_refused_with_the_fix(store, name, fix):
+    with pytest.raises(SomatizeValueError, match="not allowed") as e:
+        store.keep(name, 1)
+    assert fix in str(e.value)
+    assert objects(store) == []  # refused before anything was written
+
+
+def test_a_name_cannot_also_be_a_folder_of_names(store):
+    store.keep("a/b", 1)
+    with pytest.raises(SomatizeValueError, match=r"'a'.*folder of names.*Pick another name"):
+        store.keep("a", 2)
+    store.keep("c", 1)
+    with pytest.raises(SomatizeValueError, match=r"'c' is already a name.*'c-d'"):
+        store.keep("c/d", 2)
+    assert store.recall("a/b") == 1 and store.recall("c") == 1
+
+
+def test_an_unknown_name_suggests_close_ones(store):
+    store.keep("a-run/weights", 1)
+    store.keep("unrelated", 1)
+    with pytest.raises(KeyError) as e:
+        store.recall("a-run/weigths")
+    assert isinstance(e.value, SomatizeKeyError)
+    message = str(e.value)
+    assert "'a-run/weights'" in message and "unrelated" not in message and "store.names()" in message
+
+
+def test_an_unknown_or_malformed_digest_is_refused(store):
+    with pytest.raises(SomatizeKeyError, match="no object sha256:0{64}"):
+        store.recall("sha256:" + "0" * 64)
+    with pytest.raises(SomatizeValueError, match="64 lowercase hex"):
+        store.recall("sha256:ABC")
+
+
+def test_a_value_without_a_codec_is_refused_with_how_to_register(store):
+    class Thing:
+        pass
+
+    with pytest.raises(SomatizeTypeError) as e:
+        store.keep("x", {"a": [1, Thing()]})
+    assert "value['a'][1]" in str(e.value) and "register_codec" in str(e.value)
+    with pytest.raises(SomatizeTypeError, match="register_codec"):
+        store.keep("x", Thing())
+    assert objects(store) == [] and store.names() == []
+
+
+def test_values_that_cannot_be_trees_are_refused_clearly(store):
+    with pytest.raises(SomatizeTypeError, match=r"key 1 .*str\(k\)"):
+        store.keep("x", {1: "a"})
+    cycle = [1]
+    cycle.append(cycle)
+    with pytest.raises(SomatizeValueError, match="contains itself"):
+        store.keep("x", cycle)
+    deep = []
+    for _ in range(400):
+        deep = [deep]
+    with pytest.raises(SomatizeValueError, match="more than 200 levels deep.*flatten it"):
+        store.keep("x", deep)
+    for _ in range(250):
+        deep = deep[0]
+    assert store.recall(store.put(deep)) == deep  # 151 levels: kept
+    with pytest.raises(SomatizeValueError, match="to_bytes"):
+        store.keep("x", 10**5000)
+
+
+def test_digest_of_is_what_put_returns_and_writes_nothing(store):
+    values = [1, "x", {"a": BIG, "b": (1, float("nan"))}, BIG, b"abc" * 1000]
+    digests = [store.digest_of(v) for v in values]
+    assert objects(store) == []
+    assert digests == [digest_of(v) for v in values]
+    assert digests == [store.put(v) for v in values]
+    assert len(set(digests)) == len(values)
+    assert digest_of({"a": 1, "b": 2}) != digest_of({"b": 2, "a": 1})  # order is content
+
+
+def test_link_points_a_name_at_a_kept_object(store):
+    d = store.put({"w": BIG})
+    store.link("runs-best", d)
+    assert same(store.recall("runs-best"), {"w": BIG})
+    with pytest.raises(SomatizeKeyError, match=r"store\.put\(value\)"):
+        store.link("other", "sha256:" + "1" * 64)
+    with pytest.raises(SomatizeValueError, match="64 lowercase hex"):
+        store.link("other", "1234")
+    assert store.lookup("other") is None
+
+
+def flip_byte(path, offset):
+    os.chmod(path, 0o644)
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def leaf_path(store, digest):
+    return store.path / "objects" / digest[7:9] / digest[9:]
+
+
+@pytest.mark.parametrize("size", [2000, _MAP_AT // 8 + 10])
+def test_a_damaged_part_raises_and_is_reported(store, size):
+    a = np.arange(size, dtype=np.float64)
+    store.keep("run/w", {"w": a})
+    path = leaf_path(store, digest_of(a))
+    flip_byte(path, path.stat().st_size // 2)
+    with pytest.raises(DamagedError) as e:
+        store.recall("run/w")
+    assert str(path) in str(e.value) and "'run/w'" in str(e.value) and "check" in str(e.value)
+    (problem,) = store.check()
+    assert problem.startswith(str(path)) and "damaged" in problem
+
+
+def test_a_damaged_manifest_raises_and_is_reported(store):
+    d = store.keep("m", {"a": 1, "b": "text"})
+    path = leaf_path(store, d)
+    flip_byte(path, 20)
+    with pytest.raises(DamagedError, match="'m'"):
+        store.recall("m")
+    with pytest.raises(DamagedError):
+        store.recall(d)
+    (problem,) = store.check()
+    assert str(path) in problem
+
+
+@pytest.mark.parametrize("keep", [1, 100, 4000])
+def test_a_truncated_object_raises_and_is_reported(store, keep):
+    d = store.keep("t", np.arange(1000.0))
+    path = leaf_path(store, d)
+    os.chmod(path, 0o644)
+    os.truncate(path, keep)
+    with pytest.raises(DamagedError, match="damaged"):
+        store.recall("t")
+    (problem,) = store.check()
+    assert str(path) in problem
+
+
+def test_a_dangling_name_and_a_missing_part_are_reported(store):
+    store.keep("whole", {"w": BIG})
+    d = store.keep("gone", np.ones(1000))
+    leaf_path(store, d).unlink()
+    (dangling,) = store.check()
+    assert str(store.path / "names" / "gone") in dangling and "dangling" in dangling
+    with pytest.raises(DamagedError, match="missing"):
+        store.recall("gone")
+    leaf_path(store, digest_of(BIG)).unlink()
+    problems = store.check()
+    assert any(digest_of(BIG) in p and "manifest" in p for p in problems)
+    with pytest.raises(DamagedError, match=r"'whole', is missing"):
+        store.recall("whole")
+
+
+def test_check_is_clean_on_a_sound_store_and_ignores_temp_files(store):
+    for i in range(5):
+        store.keep(f"run/{i}", {"i": i, "w": BIG * i})
+    (store.path / "tmp" / "leftover-of-a-crash").write_bytes(b"half")
+    assert store.check() == []
+
+
+def test_stale_temp_files_are_swept_when_a_store_opens(store):
+    tmp = store.path / "tmp"
+    old, fresh = tmp / "old", tmp / "fresh"
+    old.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    Store(store.path)
+    assert not old.exists() and fresh.exists()
+
+
+def test_an_object_with_an_unknown_codec_is_refused_by_name(store):
+    obj = Encoded("no-such-codec", {}, [b"x" * 10])
+    store._write_object(obj)
+    store.link("odd", obj.digest)
+    with pytest.raises(SomatizeValueError, match="no codec named 'no-such-codec'"):
+        store.recall("odd")
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+class PairCodec:
+    name = "test-pair"
+    types = (Pair,)
+    explicit = False
+
+    def encode(self, p):
+        return {"a": p.a}, [p.b]
+
+    def decode(self, meta, buffers):
+        return Pair(meta["a"], bytes(buffers[0]))
+
+
+def test_a_newly_registered_codec_needs_no_change_to_the_store(store):
+    register_codec(PairCodec())
+    store.keep("x", {"body": {"w": Pair(3, b"q" * 1000)}, "small": Pair(4, b"s")})
+    back = store.recall("x")
+    assert (back["body"]["w"].a, back["body"]["w"].b) == (3, b"q" * 1000)
+    assert (back["small"].a, back["small"].b) == (4, b"s")
+
+
+def test_tensors_are_kept_tensor_by_tensor_once_the_torch_codec_is_registered(store):
+    torch = pytest.importorskip("torch")
+    import somatize.torch  # noqa: F401  registers the codec
+
+    body = torch.arange(1000, dtype=torch.float32)
+    d1 = store.keep("one", {"body": {"w": body}, "head": {"w": torch.ones(3)}})
+    n = len(objects(store))
+    store.keep("two", {"body": {"w": body.clone()}, "head": {"w": torch.zeros(3)}})
+    assert len(objects(store)) == n + 1  # the shared body is stored once
+    back = store.recall(d1)
+    assert torch.equal(back["body"]["w"], body) and back["body"]["w"].dtype == torch.float32
+
+
+def test_store_takes_str_or_path_and_shows_it(tmp_path):
+    s1 = Store(str(tmp_path / "s"))
+    s2 = Store(tmp_path / "s")
+    assert s1.path == s2.path == tmp_path / "s"
+    assert str(tmp_path / "s") in repr(s1)
+    assert as_store(s1) is s1 and as_store(tmp_path / "s").path == s1.path
+    with pytest.raises(SomatizeTypeError, match="Store or a path"):
+        as_store(3)
+    assert (tmp_path / "s" / "SOMATIZE").read_bytes() == b'{"format":1}'
+
+
+def test_a_file_is_not_a_store(tmp_path):
+    f = tmp_path / "file"
+    f.write_bytes(b"")
+    with pytest.raises(SomatizeValueError, match=f"{f}'.*is a file.*folder"):
+        Store(f)
+    with pytest.raises(SomatizeValueError, match=f"'{f}' is a file"):
+        Store(f / "below")
+
+
+def test_a_folder_of_other_files_is_not_made_a_store(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SomatizeValueError, match=r"notes\.txt.*not a store.*Store\("):
+        Store(tmp_path)
+    assert not (tmp_path / "objects").exists()
+
+
+def test_a_store_of_another_format_is_refused(tmp_path):
+    Store(tmp_path)
+    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 2}')
+    with pytest.raises(SomatizeValueError, match="format 2.*Upgrade"):
+        Store(tmp_path)
+
+
+NOT_WRITABLE = """
+import os, sys
+from somatize import Store
+if os.geteuid() == 0:
+    os.setuid(65534)  # root ignores permission bits: try as an ordinary user
+try:
+    Store(sys.argv[1])
+except PermissionError as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.fixture
+def public_dir():
+    """A folder an ordinary user can reach (pytest's base temp is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="somatize-test-"))
+    base.chmod(0o755)
+    yield base
+    for p in base.rglob("*"):
+        p.chmod(0o755)
+    shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("where", ["locked", "locked/below"])
+def test_a_folder_that_cannot_be_written_is_refused_by_path(public_dir, where):
+    (public_dir / "locked").mkdir(mode=0o555)
+    target = public_dir / where
+    out = subprocess.run([sys.executable, "-c", NOT_WRITABLE, str(target)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("StoreNotWritable") and str(target) in out and "you can" in out
+
+
+def test_errors_belong_to_the_family(store):
+    with pytest.raises(SomatizeError):
+        store.recall("nothing")
