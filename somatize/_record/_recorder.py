@@ -35,6 +35,7 @@ from ._runs import (
     LOG,
     SERIES,
     SUMMARY,
+    checked_name,
     read_summary,
     run_folder,
     run_names,
@@ -60,7 +61,8 @@ class Recorder:
     def __init__(self, store, run="a-run", summarising=("loss",), resume=False):
         if isinstance(summarising, str):
             summarising = [summarising]
-        root = store_root(store)
+        checked_name(run)
+        root = store_root(store, create=True)
         folder = run_folder(root, run)
         folder.mkdir(parents=True, exist_ok=True)
         self.run = run

@@ -34,13 +34,20 @@ LIVE: dict = {}
 LIVE_LOCK = threading.RLock()
 
 
-def store_root(store) -> Path:
-    """The root folder of a Store, or of a path naming one."""
-    if isinstance(store, (str, os.PathLike)):
-        from .._store import Store
+def store_root(store, create: bool = False) -> Path:
+    """The root folder of a Store, or of a path naming one. Reading a path
+    opens nothing and writes nothing (``Store(path)`` would make one)."""
+    if isinstance(store, (str, os.PathLike)) and not create:
+        root = Path(os.fspath(store)).expanduser().absolute()
+        if (root / "SOMATIZE").is_file():
+            return root
+        raise SomatizeValueError(
+            f"{str(root)!r} is not a somatize store (no SOMATIZE file in it): pass the "
+            f"folder a Store(path) or Recorder(path, ...) made"
+        )
+    from .._store import as_store
 
-        store = Store(store)
-    return Path(store.path)
+    return Path(as_store(store).path)
 
 
 def checked_name(run) -> str:

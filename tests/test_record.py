@@ -1,0 +1,264 @@
+"""The Recorder and the queries: what goes in comes out, typed, in order."""
+
+import math
+import random
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from somatize import Graph, Node, Recorder, Store
+from somatize._errors import SomatizeKeyError, SomatizeValueError
+from somatize.record import curve, facts, forwards, nodes, runs
+
+
+def a_forward(i, rng):
+    """The facts of one training step, as the engine and the Trainer say them."""
+    body, head = rng.randrange(50, 500), rng.randrange(10, 90)
+    return [
+        {"fact": "ran", "node": "body", "began_us": 2, "took_us": body},
+        {"fact": "ran", "node": "head", "began_us": 3 + body, "took_us": head},
+        {"fact": "finished", "took_us": body + head + 7},
+        {"fact": "updated"},
+        {"fact": "loss", "value": 1.0 / (i + 1) + rng.random() * 1e-3},
+    ]
+
+
+def record(recorder, steps):
+    for step in steps:
+        recorder.forward_began()
+        for fact in step:
+            recorder(fact)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path / "store")
+
+
+@pytest.fixture
+def steps():
+    rng = random.Random(7)
+    return [a_forward(i, rng) for i in range(1500)]
+
+
+def test_each_forward_reads_back_as_it_was_handed_over(store, steps):
+    recorder = Recorder(store, run="a-run", summarising=["loss"])
+    record(recorder, steps)
+    for n in (0, 10, 733, 1499):
+        assert facts(store, "a-run", forward=n) == steps[n]
+    assert facts(store, run="a-run") == [f for step in steps for f in step]
+    recorder.close()
+
+
+def test_values_keep_their_types(store):
+    fact = {"fact": "probe", "node": "n", "i": 3, "f": 2.0, "b": True, "s": "x", "l": [1, 2.5, "y"], "d": {"k": 1}, "none": None}
+    with Recorder(store, run="typed") as recorder:
+        recorder.forward_began()
+        recorder(fact)
+        recorder({"fact": "loss", "value": np.float32(0.5)})
+    got = facts(store, "typed", forward=0)
+    assert got[0] == fact
+    assert [type(got[0][k]) for k in ("i", "f", "b")] == [int, float, bool]
+    assert got[1] == {"fact": "loss", "value": 0.5} and type(got[1]["value"]) is float
+
+
+def test_facts_after_finished_belong_to_that_forward(store):
+    recorder = Recorder(store, run="r")
+    recorder.forward_began()
+    recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": 1})
+    recorder({"fact": "finished", "took_us": 2})
+    recorder({"fact": "loss", "value": 0.25})  # the Trainer's, after the forward
+    recorder.forward_began()
+    recorder({"fact": "finished", "took_us": 3})
+    assert [f["fact"] for f in facts(store, "r", forward=0)] == ["ran", "finished", "loss"]
+    assert facts(store, "r", forward=1) == [{"fact": "finished", "took_us": 3}]
+    recorder.close()
+
+
+def test_a_query_sees_facts_not_yet_flushed(store):
+    recorder = Recorder(store, run="r")
+    recorder.forward_began()
+    recorder({"fact": "finished", "took_us": 5})
+    assert facts(store, "r", forward=0) == [{"fact": "finished", "took_us": 5}]
+    recorder.close()
+
+
+def test_forwards_table_comes_from_the_series(store, steps):
+    with Recorder(store, run="r") as recorder:
+        record(recorder, steps)
+    table = forwards(store, "r")
+    assert list(table["forward"]) == list(range(len(steps)))
+    assert list(table["took_us"]) == [s[2]["took_us"] for s in steps]
+    assert table["took_us"].dtype == np.int64
+    assert list(table["loss"]) == [s[4]["value"] for s in steps]
+
+
+def test_curve_is_a_named_series_by_forward(store, steps):
+    with Recorder(store, run="r") as recorder:
+        record(recorder, steps)
+    loss = curve(store, "r", "loss")
+    assert loss.name == "loss" and loss.index.name == "forward"
+    assert list(loss.index) == list(range(len(steps)))
+    assert list(loss.values) == [s[4]["value"] for s in steps]
+    with pytest.raises(SomatizeKeyError, match="'loss'"):
+        curve(store, "r", name="lost")
+
+
+def test_a_node_fact_with_a_value_is_a_curve_of_its_own(store):
+    with Recorder(store, run="r") as recorder:
+        for i in range(3):
+            recorder.forward_began()
+            recorder({"fact": "grad", "node": "body", "value": float(i)})
+            recorder({"fact": "grad", "node": "head", "value": 10.0 + i})
+    assert list(curve(store, "r", "grad/head")) == [10.0, 11.0, 12.0]
+    assert "grad/head" not in forwards(store, "r").columns
+
+
+def test_nodes_table_matches_the_facts(store, steps):
+    with Recorder(store, run="r") as recorder:
+        record(recorder, steps)
+        recorder.forward_began()
+        recorder({"fact": "recalled", "node": "body", "began_us": 0, "took_us": 4})
+        recorder({"fact": "kept", "node": "body", "took_us": 9})
+    table = nodes(store, "r").set_index("node")
+    body = [s[0]["took_us"] for s in steps]
+    head = [s[1]["took_us"] for s in steps]
+    assert list(table.index) == ["body", "head"]
+    assert table.loc["body", "ran"] == len(steps) and table.loc["body", "recalled"] == 1
+    assert table.loc["body", "total_us"] == sum(body) + 4 + 9
+    assert table.loc["head", "max_us"] == max(head)
+    assert table.loc["head", "mean_us"] == pytest.approx(sum(head) / len(head))
+    assert table["share"].sum() == pytest.approx(1.0)
+
+
+def test_runs_lists_state_and_summarised_facts(store, steps):
+    recorder = Recorder(store, run="r", summarising=["loss"])
+    record(recorder, steps)
+    listed = runs(store).set_index("run")
+    assert listed.loc["r", "state"] == "running"
+    assert listed.loc["r", "forwards"] == len(steps)
+    assert listed.loc["r", "facts"] == 5 * len(steps)
+    losses = [s[4]["value"] for s in steps]
+    assert listed.loc["r", "loss"] == losses[-1] and listed.loc["r", "loss_min"] == min(losses)
+    recorder.close()
+    assert runs(store).set_index("run").loc["r", "state"] == "finished"
+
+
+def test_nan_loss_keeps_in_the_curve(store):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": float("nan")})
+    assert math.isnan(curve(store, "r", "loss").iloc[0])
+
+
+def test_unknown_run_names_the_close_ones(store):
+    Recorder(store, run="a-run").close()
+    with pytest.raises(SomatizeKeyError, match="'a-run'"):
+        facts(store, "a-rnu", forward=0)
+
+
+@pytest.mark.parametrize("name", ["a/b", "", "two words", "..", "../up", 3])
+def test_bad_run_names_are_refused(store, name):
+    with pytest.raises(SomatizeValueError, match="letters, digits"):
+        Recorder(store, run=name)
+
+
+def test_a_forward_out_of_range_says_how_many_there_are(store, steps):
+    with Recorder(store, run="r") as recorder:
+        record(recorder, steps[:12])
+    with pytest.raises(SomatizeValueError, match="12 forwards"):
+        facts(store, "r", forward=12)
+    with pytest.raises(SomatizeValueError, match="12 forwards"):
+        facts(store, "r", forward=-1)
+
+
+def test_two_recorders_of_one_run_in_one_process_are_refused(store):
+    first = Recorder(store, run="r")
+    with pytest.raises(SomatizeValueError, match="run='r-2'"):
+        Recorder(store, run="r")
+    first.close()
+
+
+def test_an_existing_run_is_refused_unless_resumed(store, steps):
+    with Recorder(store, run="r") as recorder:
+        record(recorder, steps[:5])
+    with pytest.raises(SomatizeValueError, match="resume=True"):
+        Recorder(store, run="r")
+    with Recorder(store, run="r", resume=True) as recorder:
+        record(recorder, steps[5:8])
+    assert facts(store, "r", forward=6) == steps[6]
+    assert len(forwards(store, "r")) == 8
+
+
+def test_a_closed_recorder_refuses_a_new_forward(store):
+    recorder = Recorder(store, run="r")
+    recorder.close()
+    with pytest.raises(SomatizeValueError, match="closed"):
+        recorder.forward_began()
+
+
+WRITER = """
+import sys, time
+from somatize import Recorder
+r = Recorder(sys.argv[1], run="r")
+for i in range(100):
+    r.forward_began(); r({"fact": "finished", "took_us": i})
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_another_process_sees_facts_without_being_told(tmp_path):
+    # No flush() in the writer: its background flusher must hand them over.
+    path = tmp_path / "store"
+    Store(path)
+    with subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as writer:
+        assert writer.stdout.readline() == "ready\n"
+        probe = textwrap.dedent(
+            """
+            import sys, time
+            from somatize.record import facts
+            for _ in range(200):
+                try:
+                    if len(facts(sys.argv[1], "r")) == 100: print("seen"); break
+                except KeyError: pass
+                time.sleep(0.05)
+            """
+        )
+        seen = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+        assert seen.stdout == "seen\n"
+        with pytest.raises(SomatizeValueError, match=f"pid {writer.pid}"):
+            Recorder(path, run="r")
+        writer.stdin.close()
+        writer.wait(10)
+    assert runs(path).set_index("run").loc["r", "state"] == "finished"  # atexit closed it
+
+
+def test_a_run_whose_process_died_reads_interrupted(tmp_path):
+    path = tmp_path / "store"
+    code = "import os, sys\nfrom somatize import Recorder\nr = Recorder(sys.argv[1], run='r')\nr.forward_began(); r({'fact': 'updated'}); r.flush()\nos._exit(3)"
+    assert subprocess.run([sys.executable, "-c", code, str(path)]).returncode == 3
+    assert runs(path).set_index("run").loc["r", "state"] == "interrupted"
+    assert facts(path, "r", forward=0) == [{"fact": "updated"}]
+
+
+class Twice(Node):
+    def forward(self, x, ctx):
+        ctx.fact("seen", value=x)
+        return 2 * x
+
+
+def test_a_recorder_watching_a_graph_keeps_what_the_engine_said(store):
+    g = Graph.somatize(Twice().named("a") >> Twice().named("b"))
+    heard = []
+    recorder = Recorder(store, run="g")
+    for x in range(4):
+        before = len(heard)
+        g.forward(x, watching=[recorder, heard.append])
+        assert facts(store, "g", forward=x) == heard[before:]
+    assert list(curve(store, "g", "seen/b")) == [0.0, 2.0, 4.0, 6.0]
+    assert list(nodes(store, "g")["ran"]) == [4, 4]
+    recorder.close()
