@@ -1,0 +1,209 @@
+"""The Trainer's contract beyond arithmetic: its facts and where they land,
+refusals of bad input (each naming the fix), non-finite losses, fit."""
+
+import math
+
+import pytest
+import torch
+
+import somatize.torch  # noqa: F401
+from somatize import Recorder, SomatizeError, Store
+from somatize._errors import WatcherError
+from somatize.record import facts
+from somatize.torch import NonFiniteLoss, Trainer, parameters
+from torch_models import Oracle, batches, built, trained_optimizer
+
+MSE = torch.nn.functional.mse_loss
+
+
+def trainer(g=None, **kw):
+    g = g or built()
+    kw.setdefault("optimizer", trained_optimizer("adam", g))
+    kw.setdefault("objective", MSE)
+    return Trainer(g, **kw)
+
+
+def names(seen):
+    return [(f["fact"], f.get("node")) for f in seen]
+
+
+def test_facts_of_a_step_follow_the_engines_and_are_typed():
+    seen = []
+    t = trainer(watching=seen.append)
+    value = t.step(batches(1)[0])
+    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None)]
+    assert seen[-1] == {"fact": "loss", "value": value} and isinstance(value, float)
+
+
+def test_a_micro_step_is_several_forwards_and_one_loss():
+    seen = []
+    t = trainer(micro=2, every=2, watching=seen.append)
+    b = batches(2)
+    t.step(b[0])
+    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None)]
+    seen.clear()
+    t.step(b[1])
+    assert names(seen)[-2:] == [("updated", None), ("loss", None)]
+
+
+def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
+    store = Store(tmp_path / "s")
+    recorder = Recorder(store, run="r", summarising=["loss"])
+    t = trainer(micro=2, watching=recorder)
+    values = [t.step(b) for b in batches(3)]
+    # forwards count from 0; with micro=2 step k ends with forward 2k+1
+    assert [f["fact"] for f in facts(store, run="r", forward=2)] == ["ran", "ran", "finished"]
+    last = facts(store, run="r", forward=5)
+    assert [f["fact"] for f in last] == ["ran", "ran", "finished", "updated", "loss"]
+    assert last[-1]["value"] == values[2]
+
+
+@pytest.mark.parametrize("arg", ["every", "micro"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", None])
+def test_every_and_micro_must_be_positive_integers(arg, bad):
+    with pytest.raises(SomatizeError, match=f"{arg}="):
+        trainer(**{arg: bad})
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, "1", True])
+def test_clip_must_be_a_positive_number(bad):
+    with pytest.raises(SomatizeError, match="clip="):
+        trainer(clip=bad)
+
+
+def test_the_wrong_things_in_the_wrong_places_are_refused():
+    g = built()
+    with pytest.raises(SomatizeError, match=r"Graph\.somatize"):
+        Trainer(g.node("body"), objective=MSE, optimizer=trained_optimizer("sgd", g))
+    with pytest.raises(SomatizeError, match="mse_loss"):
+        Trainer(g, objective="mse", optimizer=trained_optimizer("sgd", g))
+    with pytest.raises(SomatizeError, match="torch.optim"):
+        Trainer(g, objective=MSE, optimizer=parameters(g))
+
+
+def test_an_optimizer_holding_a_frozen_nodes_parameters_is_refused_naming_it():
+    g = built(frozen_body=True)
+    everything = [p for n in g.nodes for p in n.parameters()]
+    with pytest.raises(SomatizeError, match=r"frozen node\(s\) \['body'\].*parameters\(g\)"):
+        Trainer(g, objective=MSE, optimizer=torch.optim.Adam(everything))
+
+
+def test_a_trainer_over_a_frozen_node_freezes_it():
+    g = built(frozen_body=True)
+    trainer(g)
+    assert not any(p.requires_grad for p in g.node("body").net.parameters())
+    assert g.node("body")._sz_weights is not None
+
+
+def test_micro_larger_than_the_batch_is_refused():
+    t = trainer(micro=8)
+    x, y = batches(1, n=5)[0]
+    with pytest.raises(SomatizeError, match=r"micro=8.*5 examples"):
+        t.step((x, y))
+
+
+def test_micro_needs_a_y_with_a_row_per_example():
+    t = trainer(micro=2)
+    x, y = batches(1, n=8)[0]
+    with pytest.raises(SomatizeError, match="one row per example"):
+        t.step((x, y[:4]))
+
+
+@pytest.mark.parametrize("bad", [torch.zeros(3), (torch.zeros(2, 8),), [1, 2, 3], {"x": 1, "y": 2}])
+def test_a_batch_that_is_not_a_pair_is_refused(bad):
+    with pytest.raises(SomatizeError, match=r"step\(\(x, y\)\)"):
+        trainer().step(bad)
+
+
+def test_an_objective_must_return_a_scalar_tensor():
+    x, y = batches(1)[0]
+    per_example = lambda out, y: MSE(out, y, reduction="none")  # noqa: E731
+    with pytest.raises(SomatizeError, match=r"shape \[64, 1\] at step 0.*scalar"):
+        trainer(objective=per_example).step((x, y))
+    with pytest.raises(SomatizeError, match="returned a float"):
+        trainer(objective=lambda out, y: 1.0).step((x, y))
+
+
+def test_a_loss_that_does_not_depend_on_the_weights_is_refused():
+    x, y = batches(1)[0]
+    with pytest.raises(SomatizeError, match="does not depend"):
+        trainer(objective=lambda out, y: MSE(out.detach(), y)).step((x, y))
+
+
+def test_a_batch_of_the_wrong_shape_names_the_node_and_the_record_keeps_what_came_before(tmp_path):
+    store = Store(tmp_path / "s")
+    recorder = Recorder(store, run="r")
+    t = trainer(watching=recorder)
+    for b in batches(3):
+        t.step(b)
+    with pytest.raises(SomatizeError, match="node 'body'"):
+        t.step((torch.zeros(64, 7), torch.zeros(64, 1)))
+    assert [f["fact"] for f in facts(store, run="r", forward=2)][-1] == "loss"
+    failed = facts(store, run="r", forward=3)
+    assert [(f["fact"], f.get("node")) for f in failed] == [("failed", "body")]
+
+
+def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
+    g = built(dtype=torch.float64)
+    oracle = Oracle(g, "adam")
+    seen = []
+    t = Trainer(g, objective=MSE, optimizer=trained_optimizer("adam", g), every=2, watching=seen.append)
+    good = batches(4, dtype=torch.float64)
+    t.step(good[0])
+    t.step(good[1])
+    oracle.update(good[:2])
+    weights = t.export()
+    state = {i: {k: v.clone() for k, v in s.items()} for i, s in t.optimizer.state_dict()["state"].items()}
+
+    t.step(good[2])  # opens a group that the bad step will drop
+    x, y = good[3]
+    x = x.clone()
+    x[5, 2] = math.nan
+    seen.clear()
+    with pytest.raises(NonFiniteLoss, match=r"step 3: the loss is nan"):
+        t.step((x, y))
+    assert [f["fact"] for f in seen][-1] == "loss" and math.isnan(seen[-1]["value"])
+    now = t.export()
+    assert all(torch.equal(now[n][k], weights[n][k]) for n in weights for k in weights[n])
+    for i, s in t.optimizer.state_dict()["state"].items():
+        assert all(torch.equal(v, state[i][k]) for k, v in s.items())
+    assert all(p.grad is None for p in parameters(g))
+
+    # training goes on: the next group holds only what came after
+    more = batches(2, dtype=torch.float64, seed=7)
+    for b in more:
+        t.step(b)
+    oracle.update(more)
+    assert t.updates == 2
+    for n, named in oracle.weights().items():
+        for k, w in named.items():
+            torch.testing.assert_close(t.export()[n][k], w, rtol=0, atol=1e-6)
+
+
+def test_a_watcher_that_raises_on_a_trainer_fact_is_named():
+    def picky(fact):
+        if fact["fact"] == "loss":
+            raise RuntimeError("no losses here")
+
+    with pytest.raises(WatcherError, match="picky"):
+        trainer(watching=picky).step(batches(1)[0])
+
+
+def test_fit_steps_every_batch_every_epoch():
+    data = batches(5)
+    seen = []
+    t = trainer(watching=seen.append).fit(data, epochs=3, progress=False)
+    assert (t.steps, t.updates) == (15, 15)
+    assert sum(f["fact"] == "loss" for f in seen) == 15
+
+
+def test_fit_shows_a_progress_bar(capsys):
+    trainer().fit(batches(3))
+    assert "3/3" in capsys.readouterr().err
+
+
+def test_fit_refuses_a_one_shot_iterator_for_several_epochs():
+    with pytest.raises(SomatizeError, match="one-shot iterator"):
+        trainer().fit(iter(batches(3)), epochs=2)
+    t = trainer().fit((b for b in batches(3)), progress=False)  # one epoch is fine
+    assert t.updates == 3
