@@ -36,6 +36,7 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         raw = b""
     blocks = []
     facts = 0
+    damaged_from = len(raw)
     try:
         for first, last, count, offset, length in _log.scan(raw, 0):
             blocks.append((first, last, offset, length))
@@ -43,6 +44,7 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
                 facts += count
     except _log.Torn as torn:
         if torn.offset < committed:
+            damaged_from = torn.offset
             problems.append(
                 f"run {run!r}: {LOG} damaged at byte {torn.offset} ({torn.why}); "
                 f"a completed flush wrote {committed} bytes, the file holds {len(raw)}"
@@ -58,8 +60,8 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
     known = {b[2]: b for b in blocks}
     for entry in _log.read_index(folder / INDEX):
         first, last, offset, length = (int(x) for x in entry)
-        if offset + length > committed and offset not in known:
-            continue  # an entry of the interrupted flush
+        if offset >= damaged_from or (offset + length > committed and offset not in known):
+            continue  # past damage already reported, or an entry of the interrupted flush
         if known.get(offset) != (first, last, offset, length):
             problems.append(f"run {run!r}: {INDEX} names a block at byte {offset} that {LOG} does not hold")
             break
