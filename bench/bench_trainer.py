@@ -1,0 +1,226 @@
+"""The Trainer's cost per step against a hand-written torch loop, and what a
+Store keeps of ten checkpoints.
+
+The reference notebook's model (Body 8->32->32, Head 32->1), Adam, batches of
+64, 300 steps, torch.set_num_threads(1). Side by side in one process, the
+variants interleaved round by round (the order rotates), medians over rounds:
+
+  raw                 the plain loop: forward, mse, backward, step, zero_grad
+  trainer             Trainer.step, no watchers
+  trainer+recorder    Trainer.step with a Recorder writing the record durably
+  lightning (off)     LightningModule + lightning.Trainer, logger, progress bar,
+                      checkpointing and summary off
+  lightning (log)     the same plus self.log("loss", ...) into a CSVLogger
+
+A ratio is the median over rounds of (variant / raw) measured in the same
+round, so a busy machine slows both sides of each ratio alike. Lightning is
+timed from its first batch's start to its last batch's end (its setup is left
+out, which favours it); it is skipped if not installed (`pip install .[bench]`).
+
+Targets (issue 3): trainer <= 1.05x raw, trainer+recorder <= 1.10x raw.
+
+    .venv/bin/python bench/bench_trainer.py [--steps 300] [--rounds 7]
+"""
+
+import argparse
+import logging
+import os
+import statistics
+import tempfile
+import time
+import warnings
+
+import torch
+
+import somatize.torch  # noqa: F401
+from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize.torch import Trainer, freeze, parameters
+
+MSE = torch.nn.functional.mse_loss
+
+
+class Body(Node):
+    def __init__(self, width=32):
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
+
+    def forward(self, x, ctx):
+        return Opaque(self.net(x))
+
+    def parameters(self):
+        return list(self.net.parameters())
+
+
+class Head(Node):
+    def __init__(self, width=32):
+        self.out = torch.nn.Linear(width, 1)
+
+    def forward(self, x, ctx):
+        return Opaque(self.out(x))
+
+    def parameters(self):
+        return list(self.out.parameters())
+
+
+def data(steps):
+    g = torch.Generator().manual_seed(1)
+    truth = torch.randn(8, 1, generator=g)
+    out = []
+    for _ in range(steps):
+        x = torch.randn(64, 8, generator=g)
+        out.append((x, x @ truth + 0.1 * torch.randn(64, 1, generator=g)))
+    return out
+
+
+def graph(width=32, frozen_body=False):
+    torch.manual_seed(0)
+    body = Body(width).named("body")
+    return Graph.somatize((body.frozen() if frozen_body else body) >> Head(width).named("head"))
+
+
+# -- the variants: each trains a fresh model on the batches, returns seconds
+
+
+def raw(batches, _):
+    g = graph()
+    body, head = g.node("body").net, g.node("head").out
+    opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
+    t = time.perf_counter()
+    for x, y in batches:
+        loss = MSE(head(body(x)), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return time.perf_counter() - t
+
+
+def trainer(batches, _):
+    g = graph()
+    tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2))
+    t = time.perf_counter()
+    for b in batches:
+        tr.step(b)
+    return time.perf_counter() - t
+
+
+def trainer_recorder(batches, store):
+    g = graph()
+    rec = Recorder(store, run=f"bench-{time.monotonic_ns()}", summarising=["loss"])
+    tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2), watching=rec)
+    t = time.perf_counter()
+    for b in batches:
+        tr.step(b)
+    took = time.perf_counter() - t
+    rec.close()
+    return took
+
+
+def lightning_variant(log):
+    try:
+        import lightning as L
+    except ImportError:
+        return None
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            g = graph()
+            self.body, self.head = g.node("body").net, g.node("head").out
+
+        def training_step(self, batch, i):
+            x, y = batch
+            loss = MSE(self.head(self.body(x)), y)
+            if log:
+                self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-2)
+
+    class Clock(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, i):
+            if i == 0:
+                self.began = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, i):
+            self.ended = time.perf_counter()
+
+    def run(batches, _):
+        clock = Clock()
+        folder = tempfile.mkdtemp()
+        logger = L.pytorch.loggers.CSVLogger(folder) if log else False
+        t = L.Trainer(
+            max_epochs=1, accelerator="cpu", devices=1, logger=logger, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, callbacks=[clock],
+            default_root_dir=folder, log_every_n_steps=1,
+        )
+        loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
+        t.fit(Module(), loader)
+        # the first batch's own time is missing from began..ended: scale to all
+        return (clock.ended - clock.began) * len(batches) / (len(batches) - 1)
+
+    return run
+
+
+def checkpoints(width, tmp):
+    """Bytes on disk for 10 checkpoints of a graph whose body is frozen."""
+    g = freeze(graph(width, frozen_body=True))
+    tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2))
+    store = Store(os.path.join(tmp, f"ckpt-{width}"))
+    batches = iter(data(100))
+    for i in range(10):
+        for _ in range(10):
+            tr.step(next(batches))
+        store.keep(f"run/checkpoint-{i}", tr.export())
+    exported = tr.export()
+    raw_bytes = {n: sum(t.numel() * t.element_size() for t in v.values()) for n, v in exported.items()}
+    on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(store.path / "objects") for f in fs)
+    return raw_bytes, on_disk
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    batches = data(args.steps)
+    tmp = tempfile.mkdtemp()
+    store = Store(os.path.join(tmp, "record"))
+
+    variants = {"raw": raw, "trainer": trainer, "trainer+recorder": trainer_recorder}
+    for name, log in (("lightning (off)", False), ("lightning (log)", True)):
+        v = lightning_variant(log)
+        if v is not None:
+            variants[name] = v
+    names = list(variants)
+    for fn in variants.values():  # warm up: allocator, lazy imports, first fits
+        fn(batches[:20], store)
+
+    per_step = {n: [] for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        took = {n: variants[n](batches, store) / len(batches) for n in order}
+        for n in names:
+            per_step[n].append(took[n])
+
+    print(f"{args.steps} steps x {args.rounds} rounds, batch 64, Adam, torch {torch.__version__}, 1 thread")
+    print(f"{'variant':<18} {'µs/step (median)':>17} {'x raw (median of rounds)':>26}")
+    for n in names:
+        ratio = statistics.median(a / b for a, b in zip(per_step[n], per_step["raw"]))
+        print(f"{n:<18} {statistics.median(per_step[n]) * 1e6:>17.1f} {ratio:>25.3f}x")
+
+    print("\n10 checkpoints of a graph with a frozen body (kept with store.keep(name, trainer.export())):")
+    for width in (32, 512):
+        raw_bytes, on_disk = checkpoints(width, tmp)
+        naive = 10 * sum(raw_bytes.values())
+        print(
+            f"  width {width:>3}: body {raw_bytes['body']:>9,} B, head {raw_bytes['head']:>5,} B; "
+            f"10 full copies {naive:>11,} B; on disk {on_disk:>9,} B ({on_disk / naive:.1%})"
+        )
+
+
+if __name__ == "__main__":
+    main()
