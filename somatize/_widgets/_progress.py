@@ -10,6 +10,8 @@ an anywidget (STACK.md: embedding it clips).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from . import _svg
@@ -102,8 +104,12 @@ def _wants_log(thins):
 
 
 def _figure(p):
-    import bqplot as bq
     import ipywidgets as widgets
+
+    with warnings.catch_warnings():
+        # bqscales sets trait metadata the pre-4.1 way on import; not ours to fix.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bqplot as bq
 
     x_scale = bq.LinearScale()
     scales = {"linear": bq.LinearScale(), "log": bq.LogScale()}
@@ -117,10 +123,10 @@ def _figure(p):
                               display_legend=many, stroke_width=1.75))
         # Invisible points carry the hover values (a line has no per-point tooltip).
         dots.append(bq.Scatter(x=x, y=y, scales={"x": x_scale, "y": y_scale}, colors=[color], default_size=24,
-                               default_opacities=[0.0],
+                               opacities=[0.0],
                                tooltip=bq.Tooltip(fields=["x", "y"], labels=["step", p.name], formats=[".0f", ".4g"])))
     x_axis = bq.Axis(scale=x_scale, label="step", tick_format=",d", grid_lines="solid")
-    y_axis = bq.Axis(scale=y_scale, orientation="vertical", label=p.name, tick_format=".3g", grid_lines="solid",
+    y_axis = bq.Axis(scale=y_scale, side="left", label=p.name, tick_format=".3g", grid_lines="solid",
                      label_offset="50px")
     zoom = bq.interacts.PanZoom(scales={"x": [x_scale], "y": [y_scale]})
     fig = bq.Figure(marks=lines + dots, axes=[x_axis, y_axis], interaction=zoom, legend_location="top-right",
@@ -153,7 +159,7 @@ def _figure(p):
     reset.on_click(rezoom)
     hint = widgets.HTML("<span style='font-size:11px;color:var(--jp-ui-font-color2,#6b7280)'>"
                         "drag to pan, wheel to zoom, hover for values</span>")
-    controls = widgets.HBox([log, smooth, reset, hint], layout=widgets.Layout(align_items="center", gap="8px"))
+    controls = widgets.HBox([log, smooth, reset, hint], layout=widgets.Layout(align_items="center", grid_gap="8px"))
     return widgets.VBox([controls, fig])
 
 
