@@ -38,6 +38,7 @@ import re
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ _HEX62 = re.compile(r"[0-9a-f]{62}")
 _HASH_WHILE_WRITING = 1 << 20  # bytes; below this a thread costs more than it saves
 _MAP_AT = 1 << 20  # bytes; objects this large are mapped, not read
 _STALE_TMP_S = 3600
+_WRITERS = 8  # threads writing the leaves of one value
 
 
 class StoreNotWritable(SomatizeError, PermissionError):
@@ -252,8 +254,14 @@ class Store:
         """Keep ``value`` without a name; returns its digest."""
         top, leaves = split(value)
         dirs = set()
-        for leaf in leaves:
-            dirs |= self._write_object(leaf, sync_dir=False)
+        if len(leaves) > 1:
+            # each fsync waits on the disk; waiting in parallel lets the
+            # filesystem commit many files at once
+            with ThreadPoolExecutor(min(_WRITERS, len(leaves))) as pool:
+                for made in pool.map(lambda leaf: self._write_object(leaf, sync_dir=False), leaves):
+                    dirs |= made
+        elif leaves:
+            dirs = self._write_object(leaves[0], sync_dir=False)
         for d in dirs:  # leaves reach the disk before the manifest naming them
             _sync_dir(d)
         self._write_object(top)
@@ -340,24 +348,25 @@ class Store:
                 return set()
             return self._place(obj, path, sync_dir)
         # Large: hash in a thread (hashlib lets go of the GIL) while the bytes
-        # go to a temp file; the name is only known once both are done.
+        # go to a temp file and to disk; the name is only known once both are
+        # done. A copy that turns out to exist already cost a write, not a read.
         hasher = threading.Thread(target=obj.hash)
         hasher.start()
         tmp, fd = self._temp()
-        needed = False
         try:
             _write_all(fd, obj.parts)
-            hasher.join()
-            path = self._object_path(obj.digest)
-            if not path.exists():  # another writer may have placed it meanwhile
-                os.fsync(fd)
-                needed = True
+            os.fsync(fd)
+        except BaseException:
+            _unlink(tmp)
+            raise
         finally:
             hasher.join()
             os.close(fd)
-            if not needed:
-                _unlink(tmp)
-        return self._rename(tmp, path, sync_dir) if needed else set()
+        path = self._object_path(obj.digest)
+        if path.exists():  # another writer placed it meanwhile, or it was there
+            _unlink(tmp)
+            return set()
+        return self._rename(tmp, path, sync_dir)
 
     def _place(self, obj, path, sync_dir):
         tmp, fd = self._temp()
