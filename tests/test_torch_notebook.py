@@ -1,0 +1,75 @@
+"""notebooks/03-training.ipynb runs top to bottom in a real kernel, and what
+its tagged cells print is what the library promises."""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpec
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
+
+
+def executed():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    # run the kernel on this interpreter, whatever kernelspecs the machine has
+    client.km = client.kernel_manager_class(kernel_name="python3")
+    client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                        display_name="test", language="python")
+    client.execute()
+    by_tag = {}
+    for cell in nb.cells:
+        for tag in cell.metadata.get("tags", []):
+            by_tag[tag] = cell.outputs
+    return nb, by_tag
+
+
+def text(outputs):
+    return "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+
+
+def shown(outputs):
+    return [o.data["text/plain"] for o in outputs if o.output_type == "execute_result"]
+
+
+def test_notebook_03_runs_and_shows_what_it_says():
+    nb, out = executed()
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+    first = text(out["first-run"])
+    assert first.startswith("300 steps, 300 updates")
+    assert float(re.search(r"last loss ([0-9.]+)", first).group(1)) < 0.05  # near the noise floor, 0.01
+
+    (said,) = shown(out["facts"])
+    ten = ast.literal_eval(said)
+    assert [(f["fact"], f.get("node")) for f in ten] == [
+        ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
+    ]
+    assert isinstance(ten[0]["took_us"], int) and isinstance(ten[-1]["value"], float)
+
+    grouped = text(out["grouped"])
+    assert "forwards: 16" in grouped and "losses  : 8" in grouped and "updates : 2" in grouped
+    assert "before flush: 2" in text(out["flush"]) and "after flush : 3" in text(out["flush"])
+
+    assert re.search(r"\{'body': 'sha256:[0-9a-f]{13}…'\}", text(out["fingerprints"]))
+
+    lines = [line.split() for line in text(out["cache"]).strip().splitlines()]
+    assert lines == [
+        ["batch", "A"], ["ran", "body"], ["kept", "body"], ["ran", "head"], ["finished"],
+        ["batch", "A", "again"], ["recalled", "body"], ["ran", "head"], ["finished"],
+        ["batch", "B"], ["ran", "body"], ["kept", "body"], ["ran", "head"], ["finished"],
+    ]
+    assert "grad_fn=" in shown(out["cache"])[0]
+
+    stale = text(out["stale"])
+    assert "changed after freeze(g)" in stale
+    assert stale.split("new digest:")[1].split() == ["ran", "body", "kept", "body", "ran", "head", "finished"]
+
+    assert "nodes  : ['body', 'head']" in text(out["export"])
+    assert "same predictions: True" in text(out["load"])
+    assert float(text(out["fedavg"]).rsplit(" ", 1)[1]) < 0.05
+    assert re.match(r"step \d+: the loss is nan", text(out["nan"]))
