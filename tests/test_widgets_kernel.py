@@ -1,0 +1,91 @@
+"""Panels in a real kernel (nbclient): the end of a cell settles Live's state,
+a saved notebook stays small after 100k steps, the JavaScript shipped in the
+package is the source in js/widgets, and notebooks 01 and 02 run."""
+
+import filecmp
+import json
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cells(tmp_path, *sources, allow_errors=False):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=allow_errors,
+                   store_widget_state=True, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    path = tmp_path / "saved.ipynb"
+    nbformat.write(nb, path)
+    return nb, path
+
+
+FEED = """
+from somatize.record import Live
+live = Live(title="long")
+def step(v):
+    live.forward_began()
+    live({"fact": "ran", "node": "body", "began_us": 1, "took_us": 3})
+    live({"fact": "finished", "took_us": 5})
+    live({"fact": "loss", "value": v})
+"""
+
+
+def html_outputs(cell):
+    return [o["data"]["text/html"] for o in cell.outputs if "text/html" in o.get("data", {})]
+
+
+def test_a_saved_notebook_after_100k_steps_stays_small(tmp_path):
+    nb, path = run_cells(
+        tmp_path, FEED,
+        "display(live)\nfor i in range(100_000):\n    step(1.0 / (i + 1))",
+        "live",
+    )
+    assert path.stat().st_size < 1_000_000
+    # The picture displayed before the loop was brought up to date when its cell ended.
+    during, after = html_outputs(nb.cells[1]), html_outputs(nb.cells[2])
+    assert "100,000" in during[0] and "finished" in during[0]
+    assert "100,000" in after[0]
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    live_states = [m["state"]["status"] for m in state.values() if "status" in m["state"]]
+    assert live_states and live_states[0]["steps"] == 100_000 and live_states[0]["state"] == "finished"
+
+
+def test_a_cell_that_raises_leaves_live_failed(tmp_path):
+    nb, _ = run_cells(
+        tmp_path, FEED,
+        "for i in range(10):\n    step(1.0)\nlive.forward_began()\nraise RuntimeError('boom')",
+        "print(live.state, live.error, live.steps)",
+        allow_errors=True,
+    )
+    assert nb.cells[2].outputs[0]["text"].split() == ["failed", "RuntimeError", "10"]
+
+
+def test_shipped_javascript_is_the_source_in_js():
+    source, shipped = ROOT / "js" / "widgets", ROOT / "somatize" / "_widgets" / "static"
+    files = sorted(p.name for p in source.iterdir() if p.suffix in (".js", ".css"))
+    assert files == ["graph.js", "live.js", "panel.css", "spent.js"]
+    match, mismatch, errors = filecmp.cmpfiles(source, shipped, files, shallow=False)
+    assert mismatch == [] and errors == [], f"copy js/widgets/* to somatize/_widgets/static/: {mismatch + errors}"
+
+
+def run_notebook(name, tmp_path):
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return nb
+
+
+def test_notebook_01_graphs_runs(tmp_path):
+    nb = run_notebook("01-graphs.ipynb", tmp_path)
+    widgets = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert widgets and all("text/html" in o["data"] for o in widgets)
+
+
+def test_notebook_02_store_and_record_runs(tmp_path):
+    nb = run_notebook("02-store-and-record.ipynb", tmp_path)
+    text = json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
+    assert "where the time went" in text and "sha256:" in text
