@@ -1,0 +1,101 @@
+"""kill -9 at random moments: every fact a completed flush wrote is there, in
+order, once; the store checks clean; the run reads interrupted. And several
+processes recording into one store at once lose and mix nothing."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from somatize import Store
+from somatize._record._check import check_runs
+from somatize.record import facts, runs
+
+# Each fact carries its place in the whole sequence (seq), so that loss,
+# duplication and disorder are all visible in one comparison.
+WRITER = """
+import sys, time
+from somatize import Recorder
+store, run, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+recorder = Recorder(store, run=run, resume=resume)
+seq = recorder._summary["facts"]  # what the run holds after resuming: one seq each
+print("from", seq, flush=True)
+while True:
+    recorder.forward_began()
+    for _ in range(7):
+        recorder({"fact": "ran", "node": "n", "seq": seq, "took_us": seq % 97})
+        seq += 1
+    if seq % 70 == 0:
+        recorder.flush()
+        print(seq, flush=True)
+        time.sleep(0.001)  # the background flusher gets its turns too
+"""
+
+
+def flushed_before(process, after_s):
+    """Read the writer's reports for ``after_s`` seconds of its running, then kill -9."""
+    first = process.stdout.readline()
+    assert first.startswith("from"), first
+    deadline = time.monotonic() + after_s
+    flushed = int(first.split()[1])
+    os.set_blocking(process.stdout.fileno(), False)
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    rest = process.stdout.read() or ""
+    numbers = [int(line) for line in rest.splitlines() if line.strip().isdigit()]
+    return max([flushed] + numbers)
+
+
+def test_kill_9_at_random_moments_loses_nothing_flushed(tmp_path):
+    path = tmp_path / "store"
+    store = Store(path)
+    rng = random.Random(20)
+    kills = 0
+    for attempt in range(22):
+        with subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), "r", "1" if attempt else "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as writer:
+            flushed = flushed_before(writer, rng.uniform(0.0, 0.25))
+        assert writer.returncode == -signal.SIGKILL
+        kills += 1
+        seqs = [f["seq"] for f in facts(store, "r")]
+        assert seqs == list(range(len(seqs)))  # in order, no duplicates, no holes
+        assert len(seqs) >= flushed
+        assert runs(store).set_index("run").loc["r", "state"] == "interrupted"
+        problems, _notes = check_runs(path)
+        assert problems == [] and store.check() == []
+    assert kills >= 20
+    done = subprocess.run([sys.executable, "-m", "somatize.cli", "check", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+FOUR = """
+import sys
+from somatize import Recorder
+store, run = sys.argv[1], sys.argv[2]
+with Recorder(store, run=run) as recorder:
+    for i in range(5000):
+        recorder.forward_began()
+        recorder({"fact": "step", "run": run, "i": i})
+        recorder({"fact": "loss", "value": i / 5000})
+"""
+
+
+def test_four_processes_record_four_runs_into_one_store(tmp_path):
+    path = tmp_path / "store"
+    store = Store(path)
+    names = [f"run-{k}" for k in range(4)]
+    writers = [subprocess.Popen([sys.executable, "-c", FOUR, str(path), name]) for name in names]
+    assert [w.wait(60) for w in writers] == [0, 0, 0, 0]
+    listed = runs(store).set_index("run")
+    for name in names:
+        steps = [f for f in facts(store, name) if f["fact"] == "step"]
+        assert steps == [{"fact": "step", "run": name, "i": i} for i in range(5000)]
+        assert listed.loc[name, "state"] == "finished" and listed.loc[name, "forwards"] == 5000
+    assert check_runs(path) == ([], [])
