@@ -88,8 +88,11 @@ def test_an_optimizer_holding_a_frozen_nodes_parameters_is_refused_naming_it():
         Trainer(g, objective=MSE, optimizer=torch.optim.Adam(everything))
 
 
-def test_a_trainer_over_a_frozen_node_freezes_it():
+@pytest.mark.parametrize("grads_off_by_hand", [False, True])
+def test_a_trainer_over_a_frozen_node_freezes_it(grads_off_by_hand):
     g = built(frozen_body=True)
+    if grads_off_by_hand:  # not enough: the digest must still be taken
+        g.node("body").net.requires_grad_(False)
     trainer(g)
     assert not any(p.requires_grad for p in g.node("body").net.parameters())
     assert g.node("body")._sz_weights is not None

@@ -14,9 +14,11 @@ group is left partial), its gradients are multiplied by ``every * B / T``
 once before the update. A full group of equal batches is never rescaled.
 
 A group left open when training ends is closed by ``flush()`` (``fit`` calls
-it at the end of each epoch): its partial gradients are rescaled as above, so
-the update is exactly one step on the concatenated batches it holds (not one
-divided by ``every``, the mistake Lightning's issue #19987 is about).
+it at the end of each epoch, so a group never spans two epochs): its partial
+gradients are rescaled as above, so the update is exactly one step on the
+concatenated batches it holds (not one divided by ``every``, the mistake
+Lightning's issue #19987 is about). Its ``updated`` fact follows the last
+step's ``loss``, so it belongs to that step's last forward.
 
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
@@ -93,7 +95,12 @@ class Trainer:
                 "settled and its weights may not move. Build the optimizer over "
                 "somatize.torch.parameters(g), which leaves frozen nodes out."
             )
-        if frozen and any(p.requires_grad for n in g.nodes if n.is_frozen for p in _params_of(n)):
+        # A frozen node must be frozen on the torch side too before training:
+        # no gradients spent on it, and its weights digest in its fingerprint.
+        if any(
+            n._sz_weights is None or any(p.requires_grad for p in ps)
+            for n in g.nodes if n.is_frozen and (ps := _params_of(n))
+        ):
             freeze(g)
         self._params = params
         self._fast = self.every == 1 and self.micro == 1
