@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+import somatize._store as store_module
 from somatize import Store
 
 RUNS = int(os.environ.get("RUNS", 9))
@@ -39,7 +40,8 @@ def main():
     a = np.random.default_rng(0).random(8 * 1024 * 1024)  # 64 MiB
     size = a.nbytes
     npy = folder / "baseline.npy"
-    times = {k: [] for k in ("keep", "np.save+fsync", "recall", "np.load", "sha256", "write+fsync")}
+    times = {k: [] for k in ("keep", "keep serial", "np.save+fsync", "recall", "np.load", "sha256", "write+fsync")}
+    cpu = []
 
     def np_save():
         with open(npy, "wb") as f:
@@ -55,7 +57,14 @@ def main():
 
     for run in range(RUNS):
         a[0] = run  # new content: a real write every run
+        c = time.process_time()
         times["keep"].append(timed(lambda: store.keep("big", a)))
+        cpu.append(time.process_time() - c)
+        a[0] = -run - 1  # the same keep, hashing first and writing after (no thread)
+        threshold, store_module._HASH_WHILE_WRITING = store_module._HASH_WHILE_WRITING, 1 << 62
+        times["keep serial"].append(timed(lambda: store.keep("serial", a)))
+        store_module._HASH_WHILE_WRITING = threshold
+        a[0] = run
         times["np.save+fsync"].append(timed(np_save))
         times["recall"].append(timed(lambda: store.recall("big")))
         times["np.load"].append(timed(lambda: np.load(npy)))
@@ -67,6 +76,14 @@ def main():
     n = 2000
     digest_small = statistics.median(timed(lambda: [store.digest_of(small) for _ in range(n)]) / n for _ in range(5))
 
+    # many leaves: an export of a 100-layer model, weights 8 KB and biases 320 B each
+    rng = np.random.default_rng(1)
+    many = []
+    for run in range(5):
+        export = {f"layer{i}": {"w": rng.random(1000), "b": rng.random(40)} for i in range(100)}
+        many.append(timed(lambda: store.keep(f"export{run}", export)))
+    small_keep = [timed(lambda: store.keep("small", {**small, "step": i})) for i in range(RUNS)]
+
     gbs = {k: size / statistics.median(v) / 1e9 for k, v in times.items()}
     out = sys.stdout
     out.write(f"64 MiB float64 array, median of {RUNS} runs, GB/s (1 GB = 1e9 bytes)\n")
@@ -74,9 +91,13 @@ def main():
         out.write(f"  {k:<14} {v:6.2f}\n")
     floor = min(gbs["sha256"], gbs["write+fsync"])  # keep hashes and writes at once: the slower bounds it
     out.write(f"keep   / its bound min(sha256, write+fsync) {floor:.2f}: {gbs['keep'] / floor:.2f}x\n")
+    out.write(f"keep   / keep serial: {gbs['keep'] / gbs['keep serial']:.2f}x; "
+              f"CPU seconds per keep {statistics.median(cpu):.3f} vs wall {statistics.median(times['keep']):.3f}\n")
     out.write(f"keep   / target {TARGET_KEEP}: {gbs['keep'] / TARGET_KEEP:.2f}x; vs np.save+fsync {gbs['keep'] / gbs['np.save+fsync']:.2f}x\n")
     out.write(f"recall / target {TARGET_RECALL}: {gbs['recall'] / TARGET_RECALL:.2f}x; vs np.load {gbs['recall'] / gbs['np.load']:.2f}x\n")
     out.write(f"digest_of a small dict: {digest_small * 1e6:.1f} µs\n")
+    out.write(f"keep of a small dict (durable): {statistics.median(small_keep) * 1e3:.2f} ms\n")
+    out.write(f"keep of a 100-layer export (200 leaf objects + manifest): {statistics.median(many) * 1e3:.1f} ms\n")
     for p in sorted(folder.rglob("*"), reverse=True):
         p.chmod(0o755)
         p.rmdir() if p.is_dir() else p.unlink()
