@@ -262,3 +262,13 @@ def test_a_recorder_watching_a_graph_keeps_what_the_engine_said(store):
     assert list(curve(store, "g", "seen/b")) == [0.0, 2.0, 4.0, 6.0]
     assert list(nodes(store, "g")["ran"]) == [4, 4]
     recorder.close()
+
+
+def test_a_node_time_that_is_not_a_number_is_counted_not_timed(store):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "ran", "node": "a", "took_us": 5})
+        recorder({"fact": "ran", "node": "a", "took_us": None})
+        recorder({"fact": "ran", "node": "a", "took_us": 7})
+    row = nodes(store, "r").set_index("node").loc["a"]
+    assert (row["ran"], row["total_us"], row["max_us"]) == (3, 12, 7)

@@ -197,21 +197,17 @@ class Recorder:
         stats = summary["summarising"]
         points = batch.points
         numbers = _NUMBERS
+        took_by: dict = {}  # node -> kind -> [took_us]: summed in C below
         for forward, facts in groups:
             batch.count += len(facts)
             for fact in facts:
                 kind = fact.get("fact")
                 if kind in _NODE_KINDS:
                     node = fact.get("node")
-                    agg = nodes.get(node)
-                    if agg is None:
-                        agg = nodes[str(node)] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
-                    agg[kind] += 1
-                    took = fact.get("took_us")
-                    if type(took) is int or isinstance(took, numbers):
-                        agg["total_us"] += took
-                        if took > agg["max_us"] and kind != "kept":
-                            agg["max_us"] = took
+                    per = took_by.get(node)
+                    if per is None:
+                        per = took_by[node] = {"ran": [], "recalled": [], "kept": []}
+                    per[kind].append(fact.get("took_us"))
                     continue
                 if kind == "finished":
                     name, value = TOOK, fact.get("took_us")
@@ -230,6 +226,22 @@ class Recorder:
                 pair[1].append(value)
                 if kind in stats:
                     _summarise(stats[kind], float(value))
+        for node, per in took_by.items():
+            agg = nodes.get(str(node))
+            if agg is None:
+                agg = nodes[str(node)] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
+            for kind, took in per.items():
+                if not took:
+                    continue
+                agg[kind] += len(took)
+                try:
+                    total, most = sum(took), max(took)
+                except TypeError:  # a took_us that is not a number is counted, not timed
+                    took = [t for t in took if type(t) is not bool and isinstance(t, numbers)] or [0]
+                    total, most = sum(took), max(took)
+                agg["total_us"] += total
+                if kind != "kept" and most > agg["max_us"]:
+                    agg["max_us"] = most
 
     def _commit(self, batch):
         """Log first, then series, index, summary: each file only ever holds

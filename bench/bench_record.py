@@ -1,0 +1,121 @@
+"""Record figures, medians of repeated runs, side by side in one process.
+
+    .venv/bin/python bench/bench_record.py [--quick]
+
+1. durable sustained writes: facts/s through recorder(fact) + flush + fsync,
+   beside sqlite batched executemany inserts + commit (the issue's anchor);
+2. a 100k-point curve read;
+3. one forward's facts from a 1M-fact run;
+4. `somatize runs` on a store of 1,000 runs: the function, and the command.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from somatize import Recorder, Store
+from somatize.cli import runs_table
+from somatize.record import curve, facts
+
+QUICK = "--quick" in sys.argv
+FACTS = 200_000 if QUICK else 1_000_000
+REPEAT = 3 if QUICK else 5
+
+
+def median_of(fn, repeat=REPEAT):
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def a_step(i):
+    return [
+        {"fact": "ran", "node": "body", "began_us": 2, "took_us": 100 + i % 7},
+        {"fact": "ran", "node": "head", "began_us": 123, "took_us": 32},
+        {"fact": "finished", "took_us": 175},
+        {"fact": "updated"},
+        {"fact": "loss", "value": 1.0 / (i + 1)},
+    ]
+
+
+STEPS = [a_step(i) for i in range(FACTS // 5)]
+
+
+def recorder_writes(root):
+    runs = iter(range(10**6))
+
+    def once():
+        recorder = Recorder(Store(root), run=f"w{next(runs)}")
+        for step in STEPS:
+            recorder.forward_began()
+            for fact in step:
+                recorder(fact)
+        recorder.close()  # flush + fsync: every fact durable when this returns
+
+    return FACTS / median_of(once)
+
+
+def sqlite_writes(root):
+    rows = [(i, f["fact"], f.get("node"), f.get("took_us"), f.get("value")) for i, step in enumerate(STEPS) for f in step]
+    runs = iter(range(10**6))
+
+    def once():
+        db = sqlite3.connect(Path(root) / f"s{next(runs)}.db")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("create table facts (forward int, fact text, node text, took_us int, value real)")
+        for start in range(0, len(rows), 10_000):
+            db.executemany("insert into facts values (?,?,?,?,?)", rows[start : start + 10_000])
+        db.commit()
+        db.close()
+
+    return len(rows) / median_of(once)
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="bench-record-", dir=os.environ.get("BENCH_DIR"))
+    store = Store(Path(root) / "store")
+    print(f"facts per write run: {FACTS:,}")
+    ours = recorder_writes(Path(root) / "store")
+    anchor = sqlite_writes(root)
+    print(f"durable writes   : {ours / 1e6:.2f} M facts/s   (target >= 1.00)   sqlite executemany+commit: {anchor / 1e6:.2f} M rows/s   ratio {ours / anchor:.2f}x")
+
+    with Recorder(store, run="curve") as recorder:
+        for i in range(100_000):
+            recorder.forward_began()
+            recorder({"fact": "loss", "value": 1.0 / (i + 1)})
+    assert len(curve(store, "curve", "loss")) == 100_000
+    t = median_of(lambda: curve(store, "curve", "loss"), 11)
+    print(f"100k-point curve : {t * 1e3:.2f} ms              (target <= 30)")
+
+    big = "w0"  # the first write run: FACTS facts
+    last = FACTS // 5 - 1
+    assert facts(store, big, forward=last // 2) == STEPS[last // 2]
+    forwards = [0, last // 3, last // 2, last]
+    t = statistics.median(median_of(lambda n=n: facts(store, big, forward=n), 21) for n in forwards)
+    print(f"one forward      : {t * 1e3:.3f} ms from a {FACTS:,}-fact run (target <= 1)")
+
+    many = Store(Path(root) / "many")
+    for k in range(1000):
+        with Recorder(many, run=f"run-{k:04d}", summarising=["loss"]) as recorder:
+            recorder.forward_began()
+            recorder({"fact": "loss", "value": float(k)})
+    assert runs_table(many.path).count("\n") == 1000
+    t = median_of(lambda: runs_table(many.path), 7)
+    cmd = [sys.executable, "-m", "somatize.cli", "runs", str(many.path)]
+    whole = median_of(lambda: subprocess.run(cmd, capture_output=True, check=True), 5)
+    bare = median_of(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), 5)
+    print(f"runs, 1,000 runs : {t * 1e3:.1f} ms in process   whole command {whole * 1e3:.0f} ms (python itself: {bare * 1e3:.0f} ms)   (target <= 200)")
+
+
+if __name__ == "__main__":
+    main()
