@@ -7,13 +7,22 @@ from somatize import Graph, Node, Opaque, Store
 from somatize._engine import set_weights
 
 
+CALLS = []
+
+
 class Scale(Node):
+    """Counts its runs outside itself: a frozen node's data attributes are
+    part of its fingerprint, so a counter inside would change its identity."""
+
     def __init__(self, k):
         self.k = k
-        self.calls = 0
+
+    @property
+    def calls(self):
+        return CALLS.count(id(self))
 
     def forward(self, x, ctx):
-        self.calls += 1
+        CALLS.append(id(self))
         return np.sin(x) * self.k
 
 
@@ -57,6 +66,16 @@ def test_the_cache_survives_a_new_graph_and_store_object(tmp_path):
     seen = []
     Graph.somatize(body).forward(x, store=Store(tmp_path), watching=seen.append)
     assert said(seen)[0] == ("recalled", "body") and body.calls == 0
+
+
+def test_changing_a_frozen_nodes_data_attribute_changes_its_key(tmp_path):
+    body = Scale(2.0).named("body").frozen().cached()
+    g = Graph.somatize(body)
+    x = np.arange(4.0)
+    g.forward(x, store=tmp_path)
+    body.k = 3.0
+    assert np.array_equal(g.forward(x, store=tmp_path), np.sin(x) * 3.0)
+    assert body.calls == 2
 
 
 def test_other_settings_of_the_same_code_do_not_share_a_cache(tmp_path):
