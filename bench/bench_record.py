@@ -65,6 +65,24 @@ def recorder_writes(root):
     return FACTS / median_of(once)
 
 
+def hand_over(root):
+    """What the engine pays per fact: the hot path alone, flush kept out."""
+    some = STEPS[:20_000]
+    recorder = Recorder(Store(root), run="hand-over")
+    times = []
+    for _ in range(REPEAT):
+        with recorder._flush_lock:  # hold the background flusher off while timing
+            t = time.perf_counter()
+            for step in some:
+                recorder.forward_began()
+                for fact in step:
+                    recorder(fact)
+            times.append((time.perf_counter() - t) / (5 * len(some)))
+        recorder.flush()
+    recorder.close()
+    return statistics.median(times)
+
+
 def sqlite_writes(root):
     rows = [(i, f["fact"], f.get("node"), f.get("took_us"), f.get("value")) for i, step in enumerate(STEPS) for f in step]
     runs = iter(range(10**6))
@@ -88,6 +106,7 @@ def main():
     ours = recorder_writes(Path(root) / "store")
     anchor = sqlite_writes(root)
     print(f"durable writes   : {ours / 1e6:.2f} M facts/s   (target >= 1.00)   sqlite executemany+commit: {anchor / 1e6:.2f} M rows/s   ratio {ours / anchor:.2f}x")
+    print(f"hand-over        : {hand_over(Path(root) / 'store') * 1e9:.0f} ns a fact on the caller's thread (recorder(fact), forward_began() shared by its forward)")
 
     with Recorder(store, run="curve") as recorder:
         for i in range(100_000):
