@@ -272,3 +272,13 @@ def test_a_node_time_that_is_not_a_number_is_counted_not_timed(store):
         recorder({"fact": "ran", "node": "a", "took_us": 7})
     row = nodes(store, "r").set_index("node").loc["a"]
     assert (row["ran"], row["total_us"], row["max_us"]) == (3, 12, 7)
+
+
+def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
+    with pytest.raises(ZeroDivisionError):
+        with Recorder(store, run="r") as recorder:
+            recorder.forward_began()
+            recorder({"fact": "finished", "took_us": 1})
+            1 / 0
+    assert runs(store).set_index("run").loc["r", "state"] == "interrupted"
+    assert facts(store, "r", forward=0) == [{"fact": "finished", "took_us": 1}]

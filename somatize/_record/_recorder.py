@@ -55,7 +55,13 @@ class Recorder:
 
     A watcher: hand it to ``watching=``. Forwards count from 0; facts that
     arrive after a forward's ``finished`` and before the next forward begins
-    (the Trainer's ``loss``, ``updated``) belong to that forward.
+    (the Trainer's ``loss``, ``updated``) belong to that forward; facts
+    before the first ``forward_began()`` belong to forward 0.
+
+    ``resume=True`` continues a finished or interrupted run, numbering on from
+    its last forward. ``flush()`` returns once every fact handed over is on
+    disk; ``close()`` (also at exit, and leaving a ``with`` block) marks the
+    run finished; a ``with`` block left by an exception marks it interrupted.
     """
 
     def __init__(self, store, run="a-run", summarising=("loss",), resume=False):
