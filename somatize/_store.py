@@ -126,7 +126,8 @@ class Store:
             ) from None
         marker = root / "SOMATIZE"
         if not marker.exists():
-            strangers = sorted(set(os.listdir(root)) - _OWN)
+            # hidden files (.ipynb_checkpoints, .DS_Store) do not make a folder someone's
+            strangers = sorted(n for n in set(os.listdir(root)) - _OWN if not n.startswith("."))
             if strangers:
                 raise SomatizeValueError(
                     f"Store({str(root)!r}): that folder holds other files ({', '.join(strangers[:3])}"
@@ -227,7 +228,7 @@ class Store:
         try:
             made = _make_dirs(path.parent, self._names)
         except (FileExistsError, NotADirectoryError):
-            taken = next(p for p in [*reversed(path.parents)] if p.is_file())
+            taken = next((p for p in reversed(path.parents) if p.is_file()), path.parent)
             raise SomatizeValueError(
                 f"cannot keep the name {name!r}: {_name_of(taken, self._names)!r} is already a "
                 f"name, and a name cannot also be a folder of names. Pick another name, e.g. "

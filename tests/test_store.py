@@ -415,6 +415,12 @@ def test_a_folder_of_other_files_is_not_made_a_store(tmp_path):
     assert not (tmp_path / "objects").exists()
 
 
+def test_hidden_files_do_not_stop_a_folder_becoming_a_store(tmp_path):
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    Store(tmp_path).keep("x", 1)
+    assert Store(tmp_path).recall("x") == 1
+
+
 def test_a_store_of_another_format_is_refused(tmp_path):
     Store(tmp_path)
     (tmp_path / "SOMATIZE").write_bytes(b'{"format": 2}')
