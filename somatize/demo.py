@@ -76,7 +76,9 @@ def main(argv=None):
     print(table["took_us"].describe(percentiles=[0.5, 0.99]).round(1).to_string(), "\n")
 
     print("where the time went, node by node:")
-    print(nodes(store, run=run).to_string(index=False), "\n")
+    table = nodes(store, run=run)
+    table["share"] = (100 * table["share"]).round(1).astype(str) + " %"
+    print(table.round({"mean_us": 1}).to_string(index=False), "\n")
 
     energy = curve(store, run=run, name="energy")
     print(f"'energy' (a fact the peak node adds itself): {len(energy):,} points, last {energy.iloc[-1]:.2f}\n")

@@ -115,6 +115,16 @@ def test_a_node_fact_with_a_value_is_a_curve_of_its_own(store):
             recorder({"fact": "grad", "node": "head", "value": 10.0 + i})
     assert list(curve(store, "r", "grad/head")) == [10.0, 11.0, 12.0]
     assert "grad/head" not in forwards(store, "r").columns
+    with pytest.raises(SomatizeKeyError, match="'grad/body', 'grad/head'"):
+        curve(store, "r", "grad")  # two nodes say it: which one is asked
+
+
+def test_a_fact_only_one_node_says_is_a_curve_by_its_own_name(store):
+    with Recorder(store, run="r") as recorder:
+        for i in range(3):
+            recorder.forward_began()
+            recorder({"fact": "energy", "node": "peak", "value": float(i)})
+    assert list(curve(store, "r", "energy")) == list(curve(store, "r", "energy/peak")) == [0.0, 1.0, 2.0]
 
 
 def test_nodes_table_matches_the_facts(store, steps):

@@ -106,6 +106,9 @@ def _points(folder, name, run):
     path = _log.series_file(folder / SERIES, name)
     if not path.exists():
         known = [n for n in _log.series_names(folder / SERIES) if n != TOOK]
+        by_node = [n for n in known if n.startswith(name + "/")]
+        if len(by_node) == 1:  # one node says it: "energy" means "energy/peak"
+            return _log.read_series(_log.series_file(folder / SERIES, by_node[0]))
         raise SomatizeKeyError(
             f"run {run!r} has no numeric fact {name!r}: curves there: "
             f"{', '.join(map(repr, known)) or 'none'} (a fact becomes a curve when it has a numeric 'value')"
