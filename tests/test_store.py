@@ -117,6 +117,21 @@ def test_a_recalled_array_is_writable_and_writing_it_changes_nothing_kept(store)
         assert store.check() == []
 
 
+def test_a_recalled_array_outlives_its_store_folder(tmp_path):
+    store = Store(tmp_path / "gone")
+    a = np.arange(_MAP_AT // 8 * 2, dtype=np.float64)
+    store.keep("a", {"w": a})
+    back = store.recall("a")["w"]
+    del store
+    shutil.rmtree(tmp_path / "gone")
+    assert np.array_equal(back, a)
+
+
+def test_objects_are_read_only_files(store):
+    store.keep("a", {"w": BIG, "n": 1})
+    assert {p.stat().st_mode & 0o777 for p in objects(store)} == {0o444}
+
+
 def test_parts_shared_by_two_values_are_stored_once(store):
     first = {"body": BIG, "head": np.ones(100)}
     store.keep("one", first)
