@@ -50,6 +50,7 @@ import xxhash
 
 from ._codecs import codec_for, codec_named, how_to_register
 from ._errors import SomatizeTypeError, SomatizeValueError
+from ._values import Data, Opaque
 
 MAGIC = b"SMZ1"
 ALIGN = 64
@@ -174,6 +175,7 @@ def _where(path):
 def split(value):
     """``(top, leaves)``: the object that stands for ``value`` and the leaf
     objects it references (each once), to be written before it."""
+    value = _unwrapped(value, ())
     if not isinstance(value, (dict, list, tuple, str, int, float, type(None))):
         codec = codec_for(value)
         if codec is None:
@@ -199,6 +201,8 @@ def _node(v, path, leaves, open_):
         return v if math.isfinite(v) else ["f", repr(v)]
     if t in (list, tuple, dict):
         return _container(v, t, path, leaves, open_)
+    if t is Data or t is Opaque:
+        return _node(_unwrapped(v, path), path, leaves, open_)
     codec = codec_for(v)
     if codec is not None:
         return _leaf(codec, v, leaves)
@@ -209,6 +213,20 @@ def _node(v, path, leaves, open_):
         if isinstance(v, base):
             return _node(base(v), path, leaves, open_)
     raise SomatizeTypeError(f"{_where(path)}: {how_to_register(v)}")
+
+
+def _unwrapped(v, path):
+    """``Data(v)`` is kept as its data; ``Opaque(v)`` cannot be kept at all."""
+    if type(v) is Opaque:
+        raise SomatizeTypeError(
+            f"{_where(path)} is an Opaque: it stays in this process and is never kept. Keep the "
+            "data instead: store.keep(name, Data(x)) or the bare value"
+        )
+    if type(v) is Data:
+        codec = codec_for(v.value)
+        as_data = getattr(codec, "as_data", None)
+        return as_data(v.value) if as_data is not None else v.value
+    return v
 
 
 def _container(v, kind, path, leaves, open_):

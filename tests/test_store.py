@@ -255,6 +255,17 @@ def test_values_that_cannot_be_trees_are_refused_clearly(store):
         store.keep("x", 10**5000)
 
 
+def test_data_is_kept_as_its_value_and_opaque_is_refused(store):
+    from somatize import Data, Opaque
+
+    assert store.recall(store.keep("d", {"x": Data(BIG)}))["x"].tolist() == BIG.tolist()
+    assert store.digest_of(Data(BIG)) == store.digest_of(BIG)
+    with pytest.raises(SomatizeTypeError, match=r"value\['o'\] is an Opaque.*Data\(x\)"):
+        store.keep("o", {"o": Opaque(BIG)})
+    with pytest.raises(SomatizeTypeError, match="Opaque"):
+        store.keep("o", Opaque(1))
+
+
 def test_digest_of_is_what_put_returns_and_writes_nothing(store):
     values = [1, "x", {"a": BIG, "b": (1, float("nan"))}, BIG, b"abc" * 1000]
     digests = [store.digest_of(v) for v in values]
