@@ -437,6 +437,9 @@ class Store:
             except DamagedError:
                 problems.append(f"{path}: the name {name!r} does not hold a digest; keep it again or delete it")
                 continue
+            if digest is None:
+                problems.append(f"{path}: {_name_problem(name)} (a file not written by the store); rename or delete it")
+                continue
             if not self._object_path(digest).exists():
                 problems.append(f"{path}: the name {name!r} points at {digest}, which is not in the store (dangling)")
         return problems

@@ -350,6 +350,16 @@ def test_a_dangling_name_and_a_missing_part_are_reported(store):
         store.recall("whole")
 
 
+def test_check_reports_names_the_store_would_not_write(store):
+    d = store.keep("good", 1)
+    (store.path / "names" / "bad\tname").write_text(d)
+    (store.path / "names" / "not-a-ref").write_text("hello")
+    problems = store.check()
+    assert len(problems) == 2
+    assert any(str(store.path / "names" / "bad\tname") in p and "control characters" in p for p in problems)
+    assert any(str(store.path / "names" / "not-a-ref") in p and "does not hold a digest" in p for p in problems)
+
+
 def test_check_is_clean_on_a_sound_store_and_ignores_temp_files(store):
     for i in range(5):
         store.keep(f"run/{i}", {"i": i, "w": BIG * i})
