@@ -193,8 +193,8 @@ class Store:
             return None
         if not _DIGEST.fullmatch(text):
             raise DamagedError(
-                f"the ref {str(path)!r} (name {name!r}) does not hold a digest; it holds "
-                f"{text[:80]!r}. Keep the name again, or delete that file."
+                f"the ref {str(path)!r} (name {name!r}) does not hold a digest. Keep the name "
+                "again, or delete that file."
             )
         return text
 
@@ -234,6 +234,13 @@ class Store:
                 f"name, and a name cannot also be a folder of names. Pick another name, e.g. "
                 f"{name.replace('/', '-')!r}"
             ) from None
+        inside = os.path.realpath(self._names) + os.sep
+        if not os.path.realpath(path.parent).startswith(inside) and path.parent != self._names:
+            # a folder under names/ that links elsewhere: never write outside the store
+            raise DamagedError(
+                f"cannot keep the name {name!r}: {str(path.parent)!r} leads outside the store "
+                f"(a link). Remove that link from {str(self._names)!r}."
+            )
         try:
             self._write_file(path, digest.encode(), sync_dirs=made)
         except IsADirectoryError:

@@ -207,6 +207,15 @@ def test_a_name_cannot_also_be_a_folder_of_names(store):
     assert store.recall("a/b") == 1 and store.recall("c") == 1
 
 
+def test_a_linked_folder_under_names_is_never_written_through(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (store.path / "names" / "a").symlink_to(outside)
+    with pytest.raises(DamagedError, match="leads outside the store"):
+        store.keep("a/b", 1)
+    assert list(outside.iterdir()) == []
+
+
 def test_an_unknown_name_suggests_close_ones(store):
     store.keep("a-run/weights", 1)
     store.keep("unrelated", 1)
