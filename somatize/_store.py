@@ -352,7 +352,7 @@ class Store:
         """Write ``obj`` unless already there; the folders left to flush."""
         if obj.size < _HASH_WHILE_WRITING or obj._digest is not None:
             path = self._object_path(obj.digest)
-            if path.exists():
+            if _present(path, obj.size):
                 return set()
             return self._place(obj, path, sync_dir)
         # Large: hash in a thread (hashlib lets go of the GIL) while the bytes
@@ -371,7 +371,7 @@ class Store:
             hasher.join()
             os.close(fd)
         path = self._object_path(obj.digest)
-        if path.exists():  # another writer placed it meanwhile, or it was there
+        if _present(path, obj.size):  # another writer placed it meanwhile, or it was there
             _unlink(tmp)
             return set()
         return self._rename(tmp, path, sync_dir)
@@ -460,7 +460,7 @@ class Store:
         except OSError as e:
             return [f"{entry.path}: cannot be read ({e.strerror})"]
         if actual != digest:
-            return [f"{entry.path}: damaged: its bytes hash to {actual}, not to its name; keep the value again"]
+            return [f"{entry.path}: damaged: its bytes hash to {actual}, not to its name; delete it and keep the value again"]
         try:
             codec, meta, _ = parse(_read_file(entry.path))
         except Damaged as e:
@@ -475,7 +475,10 @@ class Store:
         ]
 
 
-_FIX = "Run store.check() (or `somatize check`) to list every damaged file; keep the value again to repair it"
+_FIX = (
+    "Run store.check() (or `somatize check`) to list every damaged file; delete those files "
+    "and keep their values again to repair the store"
+)
 
 
 def _name_problem(name):
@@ -523,6 +526,14 @@ def _make_dirs(folder, root):
                 raise
         made.add(d.parent)
     return made
+
+
+def _present(path, size):
+    """The object is there already; one of another size (truncated) is replaced."""
+    try:
+        return os.stat(path).st_size == size
+    except FileNotFoundError:
+        return False
 
 
 def _write_all(fd, parts):

@@ -344,6 +344,21 @@ def test_a_truncated_object_raises_and_is_reported(store, keep):
     assert str(path) in problem
 
 
+def test_keeping_again_repairs_a_truncated_object_and_a_deleted_damaged_one(store):
+    a = np.arange(1000.0)
+    d = store.keep("t", a)
+    path = leaf_path(store, d)
+    os.chmod(path, 0o644)
+    os.truncate(path, 100)
+    store.keep("t", a)
+    assert same(store.recall("t"), a)
+    flip_byte(path, 500)
+    assert store.check()[0].endswith("delete it and keep the value again")
+    path.unlink()
+    store.keep("t", a)
+    assert same(store.recall("t"), a) and store.check() == []
+
+
 def test_a_dangling_name_and_a_missing_part_are_reported(store):
     store.keep("whole", {"w": BIG})
     d = store.keep("gone", np.ones(1000))
