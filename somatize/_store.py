@@ -57,6 +57,7 @@ _HASH_WHILE_WRITING = 1 << 20  # bytes; below this a thread costs more than it s
 _MAP_AT = 1 << 20  # bytes; objects this large are mapped, not read
 _STALE_TMP_S = 3600
 _WRITERS = 8  # threads writing the leaves of one value
+_CLOSE_AMONG = 5000  # names compared when suggesting close ones
 
 
 class StoreNotWritable(SomatizeError, PermissionError):
@@ -319,6 +320,9 @@ class Store:
 
     def _unknown(self, name):
         known = self.names()
+        if len(known) > _CLOSE_AMONG:  # difflib compares one by one: stay near the name
+            head = name.split("/")[0]
+            known = [n for n in known if n.split("/")[0] == head][:_CLOSE_AMONG]
         close = difflib.get_close_matches(name, known, n=5)
         hint = f" Close names: {', '.join(map(repr, close))}." if close else ""
         return f"no name {name!r} in {self!r}.{hint} store.names() lists every name."
