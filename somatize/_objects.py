@@ -151,10 +151,10 @@ def parse(buf):
     try:
         header = orjson.loads(view[8 : 8 + length])
         codec, meta, sizes = header["codec"], header["meta"], header["sizes"]
+        if not isinstance(codec, str) or not all(type(n) is int and n >= 0 for n in sizes):
+            raise TypeError
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise Damaged("its header is not an object header") from None
-    if not isinstance(codec, str) or not all(type(n) is int and n >= 0 for n in sizes):
-        raise Damaged("its header is not an object header")
     offset = 8 + length + _padding(8 + length)
     buffers = []
     for n in sizes:
@@ -172,23 +172,37 @@ def _where(path):
     return "value" + "".join(f"[{p!r}]" for p in path)
 
 
+class Split:
+    """A value cut into objects: the ``leaves`` (each once) to write first,
+    then ``top()``, the object that stands for the value.
+
+    ``top()`` is built on demand because a manifest names its leaves by
+    digest: a writer hashes each large leaf while writing it, so asking for
+    the manifest first would hash every leaf twice over."""
+
+    __slots__ = ("leaves", "_tree", "_top")
+
+    def __init__(self, leaves, tree=None, top=None):
+        self.leaves, self._tree, self._top = leaves, tree, top
+
+    def top(self):
+        if self._top is None:
+            self._top = Encoded(TREE, {"tree": self._tree}, [])
+        return self._top
+
+
 def split(value):
-    """``(top, leaves)``: the object that stands for ``value`` and the leaf
-    objects it references (each once), to be written before it."""
+    """``value`` as objects (see ``Split``); nothing is hashed yet."""
     value = _unwrapped(value, ())
     if not isinstance(value, (dict, list, tuple, str, int, float, type(None))):
         codec = codec_for(value)
         if codec is None:
             raise SomatizeTypeError(how_to_register(value))
         meta, buffers = codec.encode(value)
-        return Encoded(codec.name, meta, buffers), []
+        return Split([], top=Encoded(codec.name, meta, buffers))
     leaves = {}
     tree = _node(value, (), leaves, set())
-    try:
-        top = Encoded(TREE, {"tree": tree}, [])
-    except SomatizeValueError:
-        raise SomatizeValueError(_TOO_DEEP) from None
-    return top, list(leaves.values())
+    return Split(list(leaves.values()), tree=tree)
 
 
 def _node(v, path, leaves, open_):

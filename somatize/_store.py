@@ -66,8 +66,7 @@ class StoreNotWritable(SomatizeError, PermissionError):
 
 def digest_of(value):
     """The digest ``Store.put(value)`` would return, in any store; writes nothing."""
-    top, leaves = split(value)
-    return top.digest
+    return split(value).top().digest
 
 
 def as_store(store_or_path):
@@ -261,7 +260,8 @@ class Store:
 
     def put(self, value):
         """Keep ``value`` without a name; returns its digest."""
-        top, leaves = split(value)
+        parts = split(value)
+        leaves = parts.leaves
         dirs = set()
         if len(leaves) > 1:
             # each fsync waits on the disk; waiting in parallel lets the
@@ -273,6 +273,7 @@ class Store:
             dirs = self._write_object(leaves[0], sync_dir=False)
         for d in dirs:  # leaves reach the disk before the manifest naming them
             _sync_dir(d)
+        top = parts.top()
         self._write_object(top)
         return top.digest
 
