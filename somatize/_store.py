@@ -576,7 +576,10 @@ def _read_file(path):
         if size >= _MAP_AT:
             # copy-on-write: pages come straight from the page cache, and a
             # write into a returned array never reaches the file
-            return np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY), np.uint8)
+            try:
+                return np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY), np.uint8)
+            except OSError:
+                pass  # a filesystem that cannot map files: read it instead
         buf = np.empty(size, np.uint8)
         got = f.readinto(memoryview(buf))
         return buf[:got]
