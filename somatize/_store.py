@@ -581,5 +581,10 @@ def _read_file(path):
             except OSError:
                 pass  # a filesystem that cannot map files: read it instead
         buf = np.empty(size, np.uint8)
-        got = f.readinto(memoryview(buf))
+        view, got = memoryview(buf), 0
+        while got < size:  # one read stops at 2 GiB
+            n = f.readinto(view[got:])
+            if not n:
+                break  # shorter than it was a moment ago: parse will say truncated
+            got += n
         return buf[:got]
