@@ -148,8 +148,17 @@ function render({ model, el }) {
     cells[key].dataset.stat = key;
   }
   const host = div("chart-host", el);
-  let log = false;
-  toggle.addEventListener("click", () => { log = !log; draw(); });
+  let log = null;  // chosen from the data until the reader picks one
+  toggle.addEventListener("click", () => { log = !scaleIsLog(); draw(); });
+
+  // Log scale when the loss spans more than two decades, as the static picture does.
+  function scaleIsLog() {
+    if (log !== null) return log;
+    const s = model.get("status");
+    const pts = (s && s.curve ? s.curve : []).filter((p) => p[1] !== null);
+    if (!pts.length || pts.some((p) => p[2] === null || p[2] <= 0)) return false;
+    return Math.max(...pts.map((p) => p[3])) / Math.min(...pts.map((p) => p[2])) > 100;
+  }
 
   function draw() {
     const s = model.get("status");
@@ -164,8 +173,9 @@ function render({ model, el }) {
     cells.last.textContent = number(s.last);
     cells.best.textContent = number(s.best);
     cells.elapsed.textContent = seconds(s.elapsed_s);
-    toggle.textContent = log ? "linear scale" : "log scale";
-    chart(host, s, log);
+    const isLog = scaleIsLog();
+    toggle.textContent = isLog ? "linear scale" : "log scale";
+    chart(host, s, isLog);
   }
   model.on("change:status", draw);
   let seenWidth = 0;  // redraw on a change of width only, or drawing would feed the observer
