@@ -293,7 +293,10 @@ class Graph:
         """Run the graph once on ``x`` and return its output (an Opaque
         leaving the graph is unwrapped)."""
         watchers = _watchers(watching)
-        store = _as_store(store) if store is not None and self._cached else None
+        if store is not None:
+            # opened only when a node caches; checked always, so a wrong
+            # argument is never silently ignored
+            store = _as_store(store) if self._cached else _check_store_arg(store)
         if store is not None:
             _check_weights(self._cached)
 
@@ -635,6 +638,14 @@ def _run_cached(step, arg, store, emit, start):
 
 
 _stores = {}
+
+
+def _check_store_arg(store):
+    from ._store import Store
+
+    if not isinstance(store, (Store, str, os.PathLike)):
+        _as_store(store)  # raises, naming what store= takes
+    return None
 
 
 def _as_store(store):

@@ -144,3 +144,8 @@ def test_a_cached_node_whose_input_is_not_data_is_refused(tmp_path):
     g = Graph.somatize(Any().named("body").frozen().cached())
     with pytest.raises(TypeError, match=r"'body' is cached.*input must be data"):
         g.forward(Opaque(object()), store=tmp_path)
+
+
+def test_a_wrong_store_argument_is_refused_even_when_nothing_caches():
+    with pytest.raises(TypeError, match="store= takes a Store or a path"):
+        Graph.somatize(Scale(1.0)).forward(np.ones(2), store=42)
