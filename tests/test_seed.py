@@ -73,16 +73,18 @@ def test_the_reference_training_run(tmp_path):
     ten = facts(store, run="a-run", forward=10)
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
+        ("trainer_us", None),
     ]
     assert all(isinstance(f[k], int) for f in ten for k in ("began_us", "took_us") if k in f)
-    assert isinstance(ten[-1]["value"], float)
+    assert isinstance(ten[-2]["value"], float) and isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0
 
     losses = curve(store, run="a-run", name="loss")
     assert len(losses) == 300 and float(losses.iloc[-1]) < first / 10  # it learned
     assert len(forwards(store, run="a-run")) == 300
     assert set(nodes(store, run="a-run")["node"]) == {"body", "head"}
     assert shown(progress(store, run="a-run"))
-    assert shown(spent(store, run="a-run"))
+    where = spent(store, run="a-run")
+    assert shown(where) and {r["kind"] for r in where.rows} == {"node", "engine", "trainer"}
 
     digest = store.keep("a-run/weights", trainer.export())
     assert digest.startswith("sha256:") and len(digest) == 7 + 64

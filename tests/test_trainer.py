@@ -2,14 +2,15 @@
 refusals of bad input (each naming the fix), non-finite losses, fit."""
 
 import math
+import time
 
 import pytest
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Recorder, SomatizeError, Store
+from somatize import Graph, Node, Opaque, Recorder, SomatizeError, Store
 from somatize._errors import WatcherError
-from somatize.record import facts
+from somatize.record import facts, forwards, spent
 from somatize.torch import NonFiniteLoss, Trainer, parameters
 from torch_models import Oracle, batches, built, trained_optimizer
 
@@ -31,8 +32,56 @@ def test_facts_of_a_step_follow_the_engines_and_are_typed():
     seen = []
     t = trainer(watching=seen.append)
     value = t.step(batches(1)[0])
-    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None)]
-    assert seen[-1] == {"fact": "loss", "value": value} and isinstance(value, float)
+    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
+                           ("trainer_us", None)]
+    assert seen[-2] == {"fact": "loss", "value": value} and isinstance(value, float)
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+def test_trainer_us_is_the_steps_time_outside_its_forwards(micro):
+    seen = []
+    t = trainer(micro=micro, watching=seen.append)
+    for b in batches(3):
+        seen.clear()
+        began = time.perf_counter_ns()
+        t.step(b)
+        wall_us = (time.perf_counter_ns() - began) // 1000
+        (mine,) = [f["value"] for f in seen if f["fact"] == "trainer_us"]
+        forwards_us = sum(f["took_us"] for f in seen if f["fact"] == "finished")
+        assert type(mine) is int and mine > 0
+        # what the forwards took and what the Trainer took do not overlap
+        assert mine + forwards_us <= wall_us
+
+
+class Sleepy(Node):
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.linear = torch.nn.Linear(8, 1)
+
+    def forward(self, x, ctx):
+        time.sleep(self.seconds)
+        return Opaque(self.linear(x))
+
+    def parameters(self):
+        return list(self.linear.parameters())
+
+
+def test_trainer_us_holds_the_objective_and_not_the_nodes():
+    g = Graph.somatize(Sleepy(0.03).named("slow"))
+
+    def slow_objective(out, y):
+        time.sleep(0.01)
+        return MSE(out, y)
+
+    seen = []
+    t = Trainer(g, objective=slow_objective, optimizer=torch.optim.SGD(parameters(g), lr=0.1), watching=seen.append)
+    began = time.perf_counter_ns()
+    t.step(batches(1)[0])
+    wall_us = (time.perf_counter_ns() - began) // 1000
+    mine = next(f["value"] for f in seen if f["fact"] == "trainer_us")
+    took = next(f["took_us"] for f in seen if f["fact"] == "finished")
+    assert mine >= 10_000 and took >= 30_000  # each sleep is where it happened
+    assert mine + took <= wall_us  # so the node's sleep is not in trainer_us
 
 
 def test_a_micro_step_is_several_forwards_and_one_loss():
@@ -40,10 +89,11 @@ def test_a_micro_step_is_several_forwards_and_one_loss():
     t = trainer(micro=2, every=2, watching=seen.append)
     b = batches(2)
     t.step(b[0])
-    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None)]
+    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None),
+                                                                                        ("trainer_us", None)]
     seen.clear()
     t.step(b[1])
-    assert names(seen)[-2:] == [("updated", None), ("loss", None)]
+    assert names(seen)[-3:] == [("updated", None), ("loss", None), ("trainer_us", None)]
 
 
 def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
@@ -54,8 +104,20 @@ def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
     # forwards count from 0; with micro=2 step k ends with forward 2k+1
     assert [f["fact"] for f in facts(store, run="r", forward=2)] == ["ran", "ran", "finished"]
     last = facts(store, run="r", forward=5)
-    assert [f["fact"] for f in last] == ["ran", "ran", "finished", "updated", "loss"]
-    assert last[-1]["value"] == values[2]
+    assert [f["fact"] for f in last] == ["ran", "ran", "finished", "updated", "loss", "trainer_us"]
+    assert last[-2]["value"] == values[2]
+
+
+def test_spent_draws_the_trainers_time_from_the_record(tmp_path):
+    store = Store(tmp_path / "s")
+    seen = []
+    t = trainer(watching=[Recorder(store, run="r"), seen.append])
+    for b in batches(4):
+        t.step(b)
+    mine = [f["value"] for f in seen if f["fact"] == "trainer_us"]
+    assert forwards(store, run="r")["trainer_us"].tolist() == mine
+    (bar,) = [r for r in spent(store, run="r").rows if r["kind"] == "trainer"]
+    assert (bar["count"], bar["total_us"]) == (4, sum(mine))
 
 
 @pytest.mark.parametrize("arg", ["every", "micro"])
@@ -141,7 +203,7 @@ def test_a_batch_of_the_wrong_shape_names_the_node_and_the_record_keeps_what_cam
         t.step(b)
     with pytest.raises(SomatizeError, match="node 'body'"):
         t.step((torch.zeros(64, 7), torch.zeros(64, 1)))
-    assert [f["fact"] for f in facts(store, run="r", forward=2)][-1] == "loss"
+    assert [f["fact"] for f in facts(store, run="r", forward=2)][-2:] == ["loss", "trainer_us"]
     failed = facts(store, run="r", forward=3)
     assert [(f["fact"], f.get("node")) for f in failed] == [("failed", "body")]
 
@@ -165,7 +227,7 @@ def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
     seen.clear()
     with pytest.raises(NonFiniteLoss, match=r"step 3: the loss is nan"):
         t.step((x, y))
-    assert [f["fact"] for f in seen][-1] == "loss" and math.isnan(seen[-1]["value"])
+    assert [f["fact"] for f in seen][-2:] == ["loss", "trainer_us"] and math.isnan(seen[-2]["value"])
     now = t.export()
     assert all(torch.equal(now[n][k], weights[n][k]) for n in weights for k in weights[n])
     for i, s in t.optimizer.state_dict()["state"].items():

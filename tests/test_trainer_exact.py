@@ -5,7 +5,7 @@ micro=N, both, partial groups, uneven batches and clipping."""
 import pytest
 import torch
 
-from somatize.torch import Trainer
+from somatize.torch import Trainer, parameters
 from torch_models import Oracle, batches, built, trained_optimizer
 
 MSE = torch.nn.functional.mse_loss
@@ -143,3 +143,30 @@ def test_the_loss_of_a_micro_step_is_the_loss_of_the_whole_batch():
     assert trainer.step((x, y)) == pytest.approx(whole, rel=1e-12)
     losses = [f["value"] for f in seen if f["fact"] == "loss"]
     assert losses == [pytest.approx(whole, rel=1e-12)]
+
+
+def test_a_step_that_raises_midway_drops_the_open_group():
+    # every=2, micro=2: step 0 completes; step 1's second piece fails after
+    # its first piece ran backward. Neither may reach an update: the next
+    # group is steps 2 and 3 alone, one step on their concatenation.
+    g = built(dtype=torch.float64)
+    oracle = Oracle(g, "adam")
+    calls = []
+
+    def objective(out, y):
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("the objective failed")
+        return MSE(out, y)
+
+    trainer = Trainer(g, objective=objective, optimizer=trained_optimizer("adam", g), every=2, micro=2)
+    data = batches(4, dtype=torch.float64)
+    trainer.step(data[0])
+    with pytest.raises(RuntimeError, match="objective failed"):
+        trainer.step(data[1])
+    assert all(p.grad is None for p in parameters(g))
+    trainer.step(data[2])
+    trainer.step(data[3])
+    oracle.update(data[2:])
+    assert trainer.updates == 1
+    agree(trainer, oracle)

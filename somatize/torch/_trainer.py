@@ -18,38 +18,50 @@ it at the end of each epoch, so a group never spans two epochs): its partial
 gradients are rescaled as above, so the update is exactly one step on the
 concatenated batches it holds (not one divided by ``every``, the mistake
 Lightning's issue #19987 is about). Its ``updated`` fact follows the last
-step's ``loss``, so it belongs to that step's last forward.
+step's facts, so it belongs to that step's last forward.
 
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
 closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
-whole batch of the step. Steps count from 0, like forwards.
+whole batch of the step, then ``{"fact": "trainer_us", "value": <int>}``, the
+µs the step spent outside the graph's forwards: objective, backward, update
+and the Trainer's own bookkeeping (handing its ``updated`` and ``loss`` to
+the watchers included). A step's wall time is its forwards plus
+``trainer_us``; ``flush()``'s update belongs to no step and is not in it.
+Steps count from 0, like forwards.
 
-A non-finite loss is refused before its backward: its ``loss`` fact is
-handed to the watchers, the open group's gradients are dropped, the weights
-and the optimizer's state are not touched, and the error names the step.
+A step that raises (a node failed, the objective was refused, the loss is
+not finite, Ctrl-C) drops the open group: with ``micro=N`` some of its
+pieces may already have run backward, and a group holding part of a step
+would no longer be one step on its batches. The weights and the optimizer's
+state are as they were before the group began; the next step opens a new
+group. A non-finite loss is refused before its backward, and its ``loss``
+(and ``trainer_us``) facts are still handed to the watchers; the error names
+the step.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from time import perf_counter_ns
 
 import torch
 
 from .. import _engine
 from .._errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
 from .._values import Data, Opaque
-from ._weights import export, freeze, frozen_parameters, load
-
+from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 class NonFiniteLoss(SomatizeError, FloatingPointError):
-    """The objective returned nan or inf; nothing was updated."""
+    """The objective returned nan or inf; nothing was updated. ``step`` is
+    the step's index, ``loss`` the value."""
 
 
 def _positive_int(what, v):
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
         raise SomatizeValueError(f"{what}={v!r}: it must be a positive integer, like {what}=4")
-    return v
+    return int(v)
 
 
 class Trainer:
@@ -60,6 +72,10 @@ class Trainer:
     batch is run as N pieces. ``clip``: max norm of the gradients (all the
     optimizer's parameters together) before each update. ``store`` is passed
     to every forward, so cached nodes are kept and recalled there.
+
+    A frozen node whose torch side is not frozen yet (gradients on, or no
+    weights digest) is frozen here with ``freeze(g)``; an optimizer holding
+    a frozen node's parameters is refused.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None):
@@ -95,12 +111,7 @@ class Trainer:
                 "settled and its weights may not move. Build the optimizer over "
                 "somatize.torch.parameters(g), which leaves frozen nodes out."
             )
-        # A frozen node must be frozen on the torch side too before training:
-        # no gradients spent on it, and its weights digest in its fingerprint.
-        if any(
-            n._sz_weights is None or any(p.requires_grad for p in ps)
-            for n in g.nodes if n.is_frozen and (ps := _params_of(n))
-        ):
+        if not_frozen_in_torch(g):
             freeze(g)
         self._params = params
         self._fast = self.every == 1 and self.micro == 1
@@ -109,22 +120,37 @@ class Trainer:
         self._open = 0  # steps in the open group
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
+        self._in_graph = 0  # ns spent inside the graph's forwards this step
 
     # -- the primitive
     def step(self, batch):
         """Forward, loss, backward; an update when the group closes.
         Returns the loss of the whole batch as a float."""
+        began = perf_counter_ns()
         x, y = self._pair(batch)
         index = self.steps
         self.steps += 1
-        if self._fast:
-            loss = self.objective(self._forward(x), y)
-            value = self._value(loss, index)
-            loss.backward()
-            self._update()
-            self._facts(value, True)
-            return value
-        return self._grouped(x, y, index)
+        self._in_graph = 0
+        try:
+            if self._fast:
+                loss = self.objective(self._forward(x), y)
+                value = self._value(loss, index)
+                loss.backward()
+                self._update()
+                updated = True
+            else:
+                value, updated = self._grouped(x, y, index)
+        except NonFiniteLoss as e:
+            self._drop()
+            if self._watchers:
+                self._facts(e.loss, False, began)
+            raise
+        except BaseException:
+            self._drop()
+            raise
+        if self._watchers:
+            self._facts(value, updated, began)
+        return value
 
     def _grouped(self, x, y, index):
         n = _count(x, y, self.micro, index)
@@ -132,11 +158,11 @@ class Trainer:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
         value = 0.0
-        for xi, yi in zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),):
+        pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
+        for xi, yi in pieces:
             loss = self.objective(self._forward(xi), yi)
             k = xi.shape[0]
-            part = self._value(loss, index, share=k / n, so_far=value)
-            value += part * k / n
+            value += self._value(loss, index) * k / n
             scale = k * unit
             (loss * scale if scale != 1.0 else loss).backward()
         self._open += 1
@@ -144,8 +170,7 @@ class Trainer:
         closed = self._open == self.every
         if closed:
             self._close()
-        self._facts(value, closed)
-        return value
+        return value, closed
 
     def flush(self):
         """Close a group left open (fewer than ``every`` steps since the last
@@ -172,6 +197,10 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad()
         self.updates += 1
+        self._open = self._group_n = 0
+
+    def _drop(self):
+        self.optimizer.zero_grad()
         self._open = self._group_n = 0
 
     # -- sugar
@@ -218,28 +247,27 @@ class Trainer:
 
     # -- helpers
     def _forward(self, x):
-        return self.g.forward(Opaque(x), store=self.store, watching=self._watchers)
+        t = perf_counter_ns()
+        out = self.g.forward(Opaque(x), store=self.store, watching=self._watchers)
+        self._in_graph += perf_counter_ns() - t
+        return out
 
-    def _value(self, loss, index, share=1.0, so_far=0.0):
-        if loss.__class__ is not torch.Tensor or loss.ndim != 0:
-            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-                what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
-                raise SomatizeTypeError(
-                    f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
-                    "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
-                )
+    def _value(self, loss, index):
+        if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+            what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
+            raise SomatizeTypeError(
+                f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
+                "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
+            )
         value = loss.item()
         if not math.isfinite(value):
-            self.optimizer.zero_grad()
-            self._open = self._group_n = 0
-            whole = so_far + value * share
-            if self._watchers:
-                self._emit({"fact": "loss", "value": whole})
-            raise NonFiniteLoss(
+            e = NonFiniteLoss(
                 f"step {index}: the loss is {value}; nothing was updated (the weights, the "
                 "optimizer's state and any open group's gradients are as before the group "
                 "began). Look at this batch, lower the learning rate, or pass clip= to the Trainer."
             )
+            e.step, e.loss = index, value
+            raise e
         if not loss.requires_grad:
             raise SomatizeValueError(
                 f"step {index}: the loss does not depend on any trainable parameter, so there is "
@@ -247,11 +275,12 @@ class Trainer:
             )
         return value
 
-    def _facts(self, value, updated):
-        if self._watchers:
-            if updated:
-                self._emit({"fact": "updated"})
-            self._emit({"fact": "loss", "value": value})
+    def _facts(self, value, updated, began):
+        if updated:
+            self._emit({"fact": "updated"})
+        self._emit({"fact": "loss", "value": value})
+        # Taken last so that handing the facts above to the watchers counts too.
+        self._emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
 
     def _emit(self, fact):
         for w in self._watchers:
@@ -271,14 +300,15 @@ class Trainer:
                 "Write trainer.step((x, y))."
             )
         x, y = batch
-        if x.__class__ is not torch.Tensor and not isinstance(x, torch.Tensor):
-            if isinstance(x, (Opaque, Data)) and isinstance(x.value, torch.Tensor):
-                x = x.value  # the Trainer wraps it; Opaque keeps autograd, as it would
-            else:
-                raise SomatizeTypeError(
-                    f"step((x, y)): x is a {type(x).__name__}; the Trainer feeds the graph a tensor "
-                    "(it crosses into the graph as Opaque(x)). Convert it with torch.as_tensor(x)."
-                )
+        if isinstance(x, Opaque):  # the Trainer wraps x in Opaque itself; unwrapping is harmless
+            x = x.value
+        elif isinstance(x, Data) and isinstance(x.value, torch.Tensor):
+            x = x.value.detach()  # Data means autograd is cut, here as at any edge
+        if not isinstance(x, torch.Tensor):
+            raise SomatizeTypeError(
+                f"step((x, y)): x is a {type(x).__name__}; the Trainer feeds the graph a tensor "
+                "(it crosses into the graph as Opaque(x)). Convert it with torch.as_tensor(x)."
+            )
         return x, y
 
     def __repr__(self):
@@ -290,7 +320,10 @@ class Trainer:
 
 def _count(x, y, micro, index):
     if x.ndim == 0:
-        raise SomatizeValueError(f"step {index}: x is a 0-d tensor; a batch has its examples along dim 0")
+        raise SomatizeValueError(
+            f"step {index}: x is a 0-d tensor; a batch holds its examples along dim 0. "
+            "Give x of shape (examples, ...), e.g. x.unsqueeze(0) for one example."
+        )
     n = x.shape[0]
     if micro > 1 and (not isinstance(y, torch.Tensor) or y.ndim == 0 or y.shape[0] != n):
         what = f"shape {list(y.shape)}" if isinstance(y, torch.Tensor) else type(y).__name__
@@ -304,11 +337,6 @@ def _count(x, y, micro, index):
             f"empty; use micro<={n} or a larger batch"
         )
     return n
-
-
-def _params_of(node):
-    p = getattr(node, "parameters", None)
-    return list(p()) if p is not None else []
 
 
 def _name(f):

@@ -89,6 +89,15 @@ def frozen_parameters(g):
     return {id(p): n.name for n in g.nodes if n.is_frozen for p in _node_params(n)}
 
 
+def not_frozen_in_torch(g):
+    """The frozen nodes with weights that ``freeze(g)`` has not made frozen
+    yet: no weights digest, or a parameter still taking gradients."""
+    return [
+        n.name for n in g.nodes
+        if n.is_frozen and state(n) and (n._sz_weights is None or any(p.requires_grad for p in _node_params(n)))
+    ]
+
+
 def freeze(g):
     """Make ``.frozen()`` true on the torch side: the frozen nodes' parameters
     stop taking gradients, and the digest of each one's weights enters its
