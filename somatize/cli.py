@@ -79,19 +79,32 @@ def runs_table(path) -> str:
     )
 
 
+def _count(n, noun) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
     from ._record._check import check_runs
     from ._record._runs import run_names
     from ._store import Store
+    from ._store_check import count_objects
 
     path = Path(path)
-    problems = [str(p) for p in Store(path).check()]
+    store = Store(path, readonly=True)
+    problems = store.check()
     run_problems, notes = check_runs(path)
     problems += run_problems
-    out = [f"damaged: {p}" for p in problems] + [f"note: {n}" for n in notes]
-    verdict = f"{len(problems)} problem(s) in {path}" if problems else f"clean: {path} ({len(run_names(path))} runs)"
-    return "\n".join(out + [verdict]), not problems
+    checked = (
+        f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "
+        f"{_count(len(run_names(path)), 'run')}"
+    )
+    out = [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]
+    if problems:
+        out.append(f"{_count(len(problems), 'problem')} in {path} ({checked} checked)")
+    else:
+        out.append(f"clean: {path} ({checked})")
+    return "\n".join(out), not problems
 
 
 def main(argv=None) -> int:

@@ -16,7 +16,8 @@ import pytest
 from somatize import Store, register_codec
 from somatize._errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
 from somatize._objects import INLINE_MAX, Encoded
-from somatize._store import _MAP_AT, as_store, digest_of
+from somatize._files import MAP_AT as _MAP_AT
+from somatize._store import as_store, digest_of
 
 BIG = np.arange(INLINE_MAX, dtype=np.float64)  # larger than INLINE_MAX bytes: a leaf object of its own
 

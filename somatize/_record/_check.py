@@ -25,9 +25,9 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
     log = folder / LOG
     if summary is None:
         if (folder / SUMMARY).exists():
-            problems.append(f"run {run!r}: {SUMMARY} does not parse")
+            problems.append(f"run {run!r}: {SUMMARY} does not parse; the run's facts still read with facts(store, run), but it no longer lists its summary")
         elif log.exists() and log.stat().st_size:
-            problems.append(f"run {run!r}: facts but no {SUMMARY}")
+            problems.append(f"run {run!r}: facts but no {SUMMARY}; its facts still read with facts(store, run)")
         return problems, notes
     committed = summary.get("log_bytes", 0)
     try:
@@ -47,7 +47,8 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
             damaged_from = torn.offset
             problems.append(
                 f"run {run!r}: {LOG} damaged at byte {torn.offset} ({torn.why}); "
-                f"a completed flush wrote {committed} bytes, the file holds {len(raw)}"
+                f"a completed flush wrote {committed} bytes, the file holds {len(raw)}; "
+                f"the forwards before it still read: keep what you need and record on into a new run"
             )
         else:
             notes.append(
@@ -63,7 +64,7 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         if offset >= damaged_from or (offset + length > committed and offset not in known):
             continue  # past damage already reported, or an entry of the interrupted flush
         if known.get(offset) != (first, last, offset, length):
-            problems.append(f"run {run!r}: {INDEX} names a block at byte {offset} that {LOG} does not hold")
+            problems.append(f"run {run!r}: {INDEX} names a block at byte {offset} that {LOG} does not hold; delete {INDEX}: facts are found without it")
             break
     for name, size in summary.get("series", {}).items():
         path = _log.series_file(folder / SERIES, name)

@@ -160,13 +160,3 @@ def points_bytes(forwards: list, values: list) -> bytes:
     table["forward"] = forwards
     table["value"] = values
     return table.tobytes()
-
-
-def append(fd: int, data: bytes) -> None:
-    """One write() per flush of a file, then fsync: a kill leaves either
-    nothing or a prefix, and the checksum tells a prefix from a block."""
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view)
-        view = view[done:]
-    os.fsync(fd)

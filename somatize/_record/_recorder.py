@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from .._errors import DamagedError, SomatizeValueError
+from .._files import append_durably, make_dirs, sync_dir
 from . import _log
 from ._runs import (
     INDEX,
@@ -70,7 +71,8 @@ class Recorder:
         checked_name(run)
         root = store_root(store, create=True)
         folder = run_folder(root, run)
-        folder.mkdir(parents=True, exist_ok=True)
+        for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
+            sync_dir(changed)
         self.run = run
         self.folder = folder
         self._real = os.path.realpath(folder)
@@ -254,12 +256,12 @@ class Recorder:
         what the ones written before it hold."""
         summary = self._summary
         base = self._log_bytes
-        _log.append(self._fd(LOG), batch.data)
+        append_durably(self._fd(LOG), batch.data)
         series = summary["series"]
         for name, (forwards, values) in batch.points.items():
-            _log.append(self._fd(_log.series_file(self._series, name)), _log.points_bytes(forwards, values))
+            append_durably(self._fd(_log.series_file(self._series, name)), _log.points_bytes(forwards, values))
             series[name] = series.get(name, 0) + len(forwards) * _log.POINT.itemsize
-        _log.append(self._fd(INDEX), _log.index_bytes(batch.rows, base))
+        append_durably(self._fd(INDEX), _log.index_bytes(batch.rows, base))
         self._log_bytes = base + len(batch.data)
         summary["log_bytes"] = self._log_bytes
         summary["facts"] += batch.count
@@ -271,7 +273,7 @@ class Recorder:
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _log.append(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
+            append_durably(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
         finally:
             os.close(fd)
         os.replace(tmp, self.folder / SUMMARY)
@@ -279,12 +281,15 @@ class Recorder:
     def _fd(self, path):
         fd = self._fds.get(path)
         if fd is None:
-            fd = self._fds[path] = os.open(self.folder / path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            full = self.folder / path
+            new = not full.exists()
+            fd = self._fds[path] = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if new:  # its name must survive a power cut as well as its bytes
+                sync_dir(full.parent)
         return fd
 
     def _open(self, root, run, summarising, resume):
         self._series = Path(SERIES)  # relative to the run folder, like every _fd path
-        (self.folder / SERIES).mkdir(exist_ok=True)
         old = read_summary(self.folder)
         if old is not None or (self.folder / LOG).exists():
             if not resume:

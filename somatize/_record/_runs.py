@@ -45,9 +45,15 @@ def store_root(store, create: bool = False) -> Path:
             f"{str(root)!r} is not a somatize store (no SOMATIZE file in it): pass the "
             f"folder a Store(path) or Recorder(path, ...) made"
         )
-    from .._store import as_store
+    from .._store import StoreNotWritable, as_store
 
-    return Path(as_store(store).path)
+    store = as_store(store)
+    if create and store.readonly:
+        raise StoreNotWritable(
+            f"a Recorder writes into its store, and {store!r} was opened read-only: "
+            f"write Recorder(Store({str(store.path)!r}), ...)"
+        )
+    return Path(store.path)
 
 
 def checked_name(run) -> str:
@@ -115,13 +121,23 @@ def try_lock(folder: Path) -> int | None:
 
 def holder_alive(folder: Path) -> bool:
     """Whether another process holds the run's lock (never called for a run
-    this process records: closing our probe would drop our own lock)."""
-    if not (folder / LOCK).exists():
+    this process records: closing our probe would drop our own lock).
+
+    The probe asks for a shared lock on a read-only descriptor: it conflicts
+    with the recorder's exclusive one, and needs no right to write, so a
+    store one may only read still tells running from interrupted."""
+    try:
+        fd = os.open(folder / LOCK, os.O_RDONLY)
+    except FileNotFoundError:
         return False
-    fd = try_lock(folder)
-    if fd is None:
-        return True
-    os.close(fd)  # closing releases the probe's lock
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # closing releases the probe's lock
     return False
 
 
