@@ -36,6 +36,11 @@ def shown(outputs):
     return [o.data["text/plain"] for o in outputs if o.output_type == "execute_result"]
 
 
+def displayed(outputs):
+    """The bundles a cell displayed (as its result or through display())."""
+    return [o.data for o in outputs if o.output_type in ("execute_result", "display_data")]
+
+
 def test_notebook_03_runs_and_shows_what_it_says():
     nb, out = executed()
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
@@ -48,8 +53,21 @@ def test_notebook_03_runs_and_shows_what_it_says():
     ten = ast.literal_eval(said)
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
+        ("trainer_us", None),
     ]
-    assert isinstance(ten[0]["took_us"], int) and isinstance(ten[-1]["value"], float)
+    assert isinstance(ten[0]["took_us"], int) and isinstance(ten[-2]["value"], float)
+    assert isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0
+
+    (graph,) = displayed(out["graph"])
+    assert graph["text/plain"] == "Graph(body >> head)"
+    assert 'data-node="body"' in graph["text/html"] and 'data-node="head"' in graph["text/html"]
+    (live,) = displayed(out["live"])
+    assert "300 steps" in live["text/plain"] and "text/html" in live
+    (progress,) = displayed(out["progress"])
+    assert "'a-run': 300 steps" in progress["text/plain"] and "text/html" in progress
+    (spent,) = displayed(out["spent"])
+    bars = spent["text/plain"].splitlines()[1:]
+    assert {line.split()[0] for line in bars} == {"body", "head", "engine", "Trainer"}
 
     grouped = text(out["grouped"])
     assert "forwards: 16" in grouped and "losses  : 8" in grouped and "updates : 2" in grouped
