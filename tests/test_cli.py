@@ -89,3 +89,62 @@ def test_an_empty_store_says_so(tmp_path):
     store = Store(tmp_path / "store")
     done = somatize("runs", store.path)
     assert done.returncode == 0 and "no runs" in done.stdout
+
+
+def test_check_counts_what_it_checked_in_good_grammar(tmp_path):
+    store = Store(tmp_path / "one")
+    Recorder(store, run="only").close()
+    store.keep("w", 1)
+    last = somatize("check", store.path).stdout.strip().splitlines()[-1]
+    assert "(1 object, 1 name, 1 run)" in last
+    for i in range(2):
+        Recorder(store, run=f"more-{i}").close()
+    store.keep("v", 2)
+    last = somatize("check", store.path).stdout.strip().splitlines()[-1]
+    assert "(2 objects, 2 names, 3 runs)" in last
+
+
+AS_NOBODY = """
+import os, sys
+import somatize._record._check, somatize._store_check  # loaded lazily by the command
+from somatize.cli import check_report, runs_table
+# root ignores permission bits: read as an ordinary user. That user cannot read
+# this interpreter's own files, so the command's two functions run here.
+os.setuid(65534)
+report, clean = check_report(sys.argv[1])
+print("check", clean, report.splitlines()[-1])
+print("runs", runs_table(sys.argv[1]).splitlines()[-1])
+"""
+
+
+def test_the_commands_read_a_store_the_user_cannot_write(tmp_path):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    base = Path(tempfile.mkdtemp(prefix="somatize-cli-"))
+    try:
+        base.chmod(0o755)
+        store, live = make(base)
+        live.close()
+        for p in [store.path, *store.path.rglob("*")]:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        before = sorted(store.path.rglob("*"))
+        out = subprocess.run([sys.executable, "-c", AS_NOBODY, str(store.path)], capture_output=True, text=True, check=True)
+        check, runs = out.stdout.splitlines()
+        assert check.startswith("check True clean:"), check
+        assert runs.startswith("runs live ") and " finished " in runs, runs
+        assert sorted(store.path.rglob("*")) == before
+    finally:
+        for p in [base, *base.rglob("*")]:
+            p.chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_a_recorder_refuses_a_readonly_store(tmp_path):
+    import pytest
+
+    store = Store(tmp_path / "s")
+    with pytest.raises(PermissionError, match=r"read-only.*Recorder\(Store\("):
+        Recorder(Store(store.path, readonly=True), run="r")
+    assert not (store.path / "runs").exists()

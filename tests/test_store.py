@@ -524,3 +524,83 @@ def test_a_folder_that_cannot_be_written_is_refused_by_path(public_dir, where):
 def test_errors_belong_to_the_family(store):
     with pytest.raises(SomatizeError):
         store.recall("nothing")
+
+
+def test_an_empty_folder_from_mkdtemp_becomes_a_store(public_dir):
+    empty = Path(tempfile.mkdtemp(dir=public_dir))
+    Store(empty).keep("x", 1)
+    assert Store(empty).recall("x") == 1
+
+
+def test_the_refusal_of_someone_elses_folder_says_why_and_what_to_pass(tmp_path):
+    (tmp_path / "a.csv").write_text("1,2")
+    with pytest.raises(SomatizeValueError) as e:
+        Store(tmp_path)
+    message = str(e.value)
+    assert "a.csv" in message and "SOMATIZE" in message
+    assert repr(str(tmp_path / "store")) in message  # a folder that would work
+    Store(tmp_path / "store")  # and it does
+
+
+def snapshot(root):
+    """Every path under ``root`` with its bytes and mtime: any write shows."""
+    return {p: (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+def test_a_readonly_store_reads_everything_and_writes_nothing(tmp_path):
+    store = Store(tmp_path / "s")
+    store.keep("run/w", {"w": BIG, "n": 1})
+    stale = store.path / "tmp" / "old-leftover"
+    stale.write_bytes(b"x")
+    os.utime(stale, (time.time() - 7200,) * 2)  # opening a writable store would sweep it
+    before = snapshot(store.path)
+
+    reader = Store(store.path, readonly=True)
+    assert same(reader.recall("run/w"), {"w": BIG, "n": 1})
+    assert reader.names() == ["run/w"] and reader.check() == []
+    assert "readonly=True" in repr(reader)
+    assert snapshot(store.path) == before
+
+
+@pytest.mark.parametrize("call", [lambda s: s.keep("a", 1), lambda s: s.put(1), lambda s: s.link("a", "sha256:" + "0" * 64)])
+def test_a_readonly_store_refuses_to_keep_naming_the_writable_form(tmp_path, call):
+    path = tmp_path / "s"
+    Store(path)
+    before = snapshot(path)
+    with pytest.raises(PermissionError) as e:
+        call(Store(path, readonly=True))
+    assert isinstance(e.value, SomatizeError) and f"Store({str(path)!r})" in str(e.value)
+    assert snapshot(path) == before
+
+
+def test_readonly_opens_only_a_store_that_exists(tmp_path):
+    with pytest.raises(SomatizeValueError, match=r"no such folder.*drop readonly=True"):
+        Store(tmp_path / "nothing", readonly=True)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(SomatizeValueError, match=r"no SOMATIZE marker.*Store\(path\) made"):
+        Store(tmp_path / "plain", readonly=True)
+    assert not (tmp_path / "nothing").exists() and list((tmp_path / "plain").iterdir()) == []
+
+
+READ_AS_NOBODY = """
+import os, sys
+from somatize import Store
+os.setuid(65534)  # root ignores permission bits: read as an ordinary user
+try:
+    Store(sys.argv[1])
+except PermissionError as e:
+    print("refused:", e)
+print("recalled:", Store(sys.argv[1], readonly=True).recall("x"))
+"""
+
+
+def test_a_store_one_may_only_read_opens_readonly(public_dir):
+    path = public_dir / "theirs"
+    Store(path).keep("x", 42)
+    for p in [path, *path.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    out = subprocess.run([sys.executable, "-c", READ_AS_NOBODY, str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    refused, recalled = out.splitlines()
+    assert "readonly=True" in refused and str(path) in refused
+    assert recalled == "recalled: 42"
