@@ -3,6 +3,8 @@ static pictures, progress, spent and the graph panel, read back from real
 stores written by real runs."""
 
 import math
+import subprocess
+import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -15,9 +17,9 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Opaque, Recorder, Store
-from somatize._widgets import _live, _progress
+from somatize._widgets import _live, _progress, _svg
 from somatize._widgets._graph import describe
-from somatize.record import Live, progress, spent
+from somatize.record import Live, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
 from torch_models import Body, Head
@@ -173,7 +175,8 @@ def test_thinned_is_bucket_means():
     x, y = _progress.thinned(values, points=100)
     assert len(y) == 100
     assert np.allclose(y, values.reshape(100, 100).mean(axis=1))
-    assert np.allclose(x, np.arange(10_000).reshape(100, 100).mean(axis=1))
+    # steps count from 1, as Live counts them
+    assert np.allclose(x, np.arange(1, 10_001).reshape(100, 100).mean(axis=1))
 
 
 def test_smoothing_keeps_a_constant_and_lags_a_step():
@@ -182,7 +185,7 @@ def test_smoothing_keeps_a_constant_and_lags_a_step():
     assert 0 < jump[10] < 1 and jump[-1] == pytest.approx(1, abs=1e-3)
 
 
-def test_progress_overlays_runs_with_a_legend(tmp_path):
+def two_runs(tmp_path):
     store = Store(tmp_path / "s")
     for run, scale in (("small", 1.0), ("big", 10.0)):
         with Recorder(store, run=run) as rec:
@@ -190,18 +193,78 @@ def test_progress_overlays_runs_with_a_legend(tmp_path):
                 rec.forward_began()
                 rec({"fact": "finished", "took_us": 1})
                 rec({"fact": "loss", "value": scale / (i + 1)})
-    p = progress(store, run=["small", "big"])
-    fig = p.widget().children[1]
-    labels = [m.labels for m in fig.marks if m.labels]
-    assert labels == [["small"], ["big"]]
-    assert all(m.display_legend for m in fig.marks[:2])
+    return store
+
+
+def figure_parts(p):
+    title, controls, fig = p.widget().children
+    log, smooth, reset, hint = controls.children
+    return fig, log, smooth, reset
+
+
+def test_progress_overlays_runs_with_a_legend(tmp_path):
+    p = progress(two_runs(tmp_path), run=["small", "big"])
+    fig, *_ = figure_parts(p)
+    lines = [m for m in fig.marks if type(m).__name__ == "Lines"]
+    assert [m.labels for m in lines] == [["small"], ["big"]]
+    assert all(m.display_legend for m in lines) and lines[0].colors != lines[1].colors
     root = parse(p._repr_mimebundle_()["text/html"])
     assert len(root.findall(f".//{SVG}polyline")) == 2
-    assert "big" in "".join(root.itertext())
-    controls = p.widget().children[0].children
-    controls[0].value = not controls[0].value  # the log toggle swaps the y scale
-    assert type(fig.axes[1].scale).__name__ in {"LogScale", "LinearScale"}
-    assert fig.marks[0].scales["y"] is fig.axes[1].scale
+    legend = "".join(root.itertext())
+    assert "small" in legend and "big" in legend
+
+
+def test_progress_steps_count_from_one_as_live_does(tmp_path):
+    p = progress(two_runs(tmp_path), run="small")
+    live = Live()
+    feed(live, [1.0 / (i + 1) for i in range(30)])
+    fig, *_ = figure_parts(p)
+    assert list(fig.marks[0].x) == [pt[0] for pt in live.snapshot()["curve"]] == list(range(1, 31))
+    assert list(fig.marks[0].y) == pytest.approx([pt[1] for pt in live.snapshot()["curve"]])
+
+
+def test_progress_log_toggle_swaps_the_y_scale_and_back(tmp_path):
+    p = progress(two_runs(tmp_path), run="small")  # 1 down to 1/30: under two decades, starts linear
+    fig, log, _, _ = figure_parts(p)
+    assert not log.value and type(fig.axes[1].scale).__name__ == "LinearScale"
+    log.value = True
+    assert type(fig.axes[1].scale).__name__ == "LogScale"
+    assert all(m.scales["y"] is fig.axes[1].scale for m in fig.marks)
+    assert fig.interaction.scales["y"] == [fig.axes[1].scale]  # zoom follows the new scale
+    log.value = False
+    assert type(fig.axes[1].scale).__name__ == "LinearScale"
+
+
+def test_progress_starts_in_log_scale_when_the_loss_spans_decades(tmp_path):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for i in range(300):
+            rec.forward_began()
+            rec({"fact": "loss", "value": 10.0 ** (-i / 100)})
+    fig, log, _, _ = figure_parts(progress(store, run="r"))
+    assert log.value and type(fig.axes[1].scale).__name__ == "LogScale"
+
+
+def test_progress_smoothing_redraws_the_line_from_the_full_curve(tmp_path):
+    p = progress(two_runs(tmp_path), run=["small", "big"])
+    fig, _, smooth, _ = figure_parts(p)
+    smooth.value = 0.9
+    for line, (x, y) in zip(fig.marks[:2], p.thin.values()):
+        assert np.allclose(line.y, _progress.smoothed(y, 0.9))
+    smooth.value = 0.0
+    assert np.allclose(fig.marks[1].y, p.thin["big"][1])
+
+
+def test_progress_hovers_values_and_zooms(tmp_path):
+    p = progress(two_runs(tmp_path), run=["small", "big"])
+    fig, _, _, reset = figure_parts(p)
+    dots = [m for m in fig.marks if type(m).__name__ == "Scatter"]
+    assert len(dots) == 2 and all(d.tooltip.fields == ["x", "y"] for d in dots)
+    assert type(fig.interaction).__name__ == "PanZoom"
+    x_scale = fig.axes[0].scale
+    x_scale.min, x_scale.max = 5.0, 10.0  # as a drag would
+    reset.click()
+    assert (x_scale.min, x_scale.max) == (None, None)
 
 
 # --- spent ------------------------------------------------------------------------
@@ -219,16 +282,7 @@ class Busy(Node):
 
 
 def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
-    nodes = [Busy(30).named(f"n{i:02d}") for i in range(19)]
-    slow = Busy(3000).named("slow")
-    expr = nodes[0] >> [nodes[1] >> nodes[2], nodes[3] >> slow, nodes[4]] >> nodes[5]
-    for n in nodes[6:]:
-        expr = expr >> n
-    g = Graph.somatize(expr)
-    store = Store(tmp_path / "s")
-    with Recorder(store, run="r") as rec:
-        for _ in range(5):
-            g.forward(0, watching=rec)
+    g, store = twenty(tmp_path)
     s = spent(store, run="r")
     assert s.slowest == "slow" and s.rows[0]["label"] == "slow"
     assert sum(r["kind"] == "node" for r in s.rows) == 20
@@ -237,6 +291,101 @@ def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
     assert len(bars) == 21  # twenty nodes and the engine
     spans = root.findall(f".//{SVG}rect[@class='span']")
     assert len(spans) == 20
+
+
+def twenty(tmp_path, forwards=5):
+    """A twenty-node graph with branches, one node a hundred times slower, recorded."""
+    nodes = [Busy(30).named(f"n{i:02d}") for i in range(19)]
+    expr = nodes[0] >> [nodes[1] >> nodes[2], nodes[3] >> Busy(3000).named("slow"), nodes[4]] >> nodes[5]
+    for n in nodes[6:]:
+        expr = expr >> n
+    g = Graph.somatize(expr)
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for _ in range(forwards):
+            g.forward(0, watching=rec)
+    return g, store
+
+
+def test_spent_totals_and_means_are_the_records_own(tmp_path):
+    g, store = twenty(tmp_path, forwards=6)
+    said = facts(store, run="r")
+    oracle = {}
+    for f in said:
+        if f["fact"] == "ran":
+            oracle[f["node"]] = oracle.get(f["node"], 0) + f["took_us"]
+    finished = sum(f["took_us"] for f in said if f["fact"] == "finished")
+    rows = {r["label"]: r for r in spent(store, run="r").rows}
+    for name, total in oracle.items():
+        assert rows[name]["total_us"] == total and rows[name]["mean_us"] == pytest.approx(total / 6)
+    engine = rows["engine (outside nodes)"]
+    assert engine["kind"] == "engine" and engine["total_us"] == finished - sum(oracle.values())
+    assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0)
+
+
+def test_spent_shows_the_trainers_own_time_as_a_grey_bar(tmp_path):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for i in range(4):  # the facts a Trainer step leaves, its own time last
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 1, "took_us": 50})
+            rec({"fact": "finished", "took_us": 60})
+            rec({"fact": "loss", "value": 1.0})
+            rec({"fact": "trainer_us", "value": 100 * (i + 1)})
+    s = spent(store, run="r")
+    trainer = next(r for r in s.rows if r["kind"] == "trainer")
+    assert (trainer["total_us"], trainer["mean_us"], trainer["count"]) == (1000, 250, 4)
+    assert s.rows[0] is trainer and s.slowest == "body"  # the longest bar, yet not a node
+    root = parse(s.to_html())
+    bar = root.find(f".//{SVG}rect[@data-kind='trainer']")
+    assert bar.get("fill") == _svg.OVERHEAD and "Trainer" in "".join(root.itertext())
+    assert root.find(f".//{SVG}rect[@data-node='body']").get("fill") == _svg.SLOW
+
+
+def test_spent_timeline_is_the_last_forward_in_order(tmp_path):
+    g, store = twenty(tmp_path, forwards=3)
+    s = spent(store, run="r")
+    ran = [f for f in facts(store, run="r", forward=2) if f["fact"] == "ran"]
+    assert s.timeline["forward"] == 2
+    assert [(x["node"], x["began_us"], x["took_us"]) for x in s.timeline["spans"]] == \
+        [(f["node"], f["began_us"], f["took_us"]) for f in ran]
+    xs = [float(r.get("x")) for r in parse(s.to_html()).findall(f".//{SVG}rect[@class='span']")]
+    assert xs == sorted(xs)  # drawn left to right as they ran
+    assert spent(store, run="r", forward=0).timeline["forward"] == 0
+
+
+def test_spent_on_the_graph_marks_the_slow_node_with_the_records_times(tmp_path):
+    g, store = twenty(tmp_path)
+    s = spent(store, run="r", graph=g)
+    root = parse(s.to_html())
+    nodes = {e.get("data-node"): e for e in root.iter(f"{SVG}g") if e.get("data-node")}
+    assert len(nodes) == 22  # twenty nodes, the input and the output
+    assert [k for k, e in nodes.items() if "slowest" in e.get("class")] == ["slow"]
+    rows = {r["label"]: r for r in s.rows}
+    last = {f["node"]: f["took_us"] for f in facts(store, run="r", forward=4) if f["fact"] == "ran"}
+    widths = {}
+    for name, e in nodes.items():
+        if name in ("input", "output"):
+            continue
+        text = "".join(e.find(f"{SVG}text[@class='timing']").itertext())
+        assert text.startswith(_svg.duration_us(rows[name]["mean_us"]))
+        assert _svg.duration_us(last[name]) in e.find(f"{SVG}title").text
+        widths[name] = float(e.find(f"{SVG}rect[@class='share']").get("width"))
+    assert max(widths, key=widths.get) == "slow" and widths["slow"] > 50 * widths["n10"]
+
+
+def test_panels_read_without_importing_jupyter(tmp_path):
+    g, store = twenty(tmp_path, forwards=2)
+    code = (
+        "import sys\n"
+        "from somatize.record import Live, facts, progress, spent\n"
+        f"s = spent({str(store.path)!r}, run='r')\n"
+        "assert s.slowest == 'slow' and 'slow' in s.to_html()\n"
+        "Live().to_html()\n"
+        "print(sorted(m for m in ('anywidget', 'ipywidgets', 'bqplot', 'IPython') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # --- the graph panel -------------------------------------------------------------
@@ -253,11 +402,14 @@ def test_graph_layout_points_every_edge_down_and_never_overlaps():
     g = Graph.somatize(a >> branches >> b >> Plus().frozen().named("tail"))
     d = describe(g)
     by = {n["id"]: n for n in d["nodes"]}
-    assert all(by[e["to"]]["y"] > by[e["from"]]["y"] for e in d["edges"])
-    boxes = [(n["x"], n["y"]) for n in d["nodes"]]
-    for i, (x1, y1) in enumerate(boxes):
-        for x2, y2 in boxes[i + 1:]:
-            assert abs(x1 - x2) >= d["node_w"] or abs(y1 - y2) >= d["node_h"]
+    # every edge leaves the foot of one box and enters the top of a lower one
+    assert all(by[e["to"]]["y"] > by[e["from"]]["y"] + by[e["from"]]["h"] for e in d["edges"])
+    boxes = [(n["x"], n["y"], n["h"]) for n in d["nodes"]]
+    for i, (x1, y1, h1) in enumerate(boxes):
+        for x2, y2, h2 in boxes[i + 1:]:
+            apart_x = abs(x1 - x2) >= d["node_w"]
+            apart_y = y1 + h1 <= y2 or y2 + h2 <= y1
+            assert apart_x or apart_y
     assert by["tail"]["frozen"] and by["tail"]["fingerprint"] == g.fingerprints()["tail"]
 
 
@@ -270,3 +422,20 @@ def test_displaying_a_graph_shows_nodes_edges_and_badges():
     assert named == {"input", "body", "head", "output"}
     assert len(root.findall(f".//{SVG}path[@class='edge']")) == 3
     assert "frozen" in "".join(root.itertext())
+
+
+def test_a_graph_displayed_alone_shows_structure_and_no_times():
+    g = Graph.somatize(Body().named("body").frozen().cached() >> Head().named("head"))
+    root = parse(g._repr_mimebundle_()["text/html"])
+    assert root.find(f".//{SVG}text[@class='timing']") is None and root.find(f".//{SVG}rect[@class='share']") is None
+    assert root.find(f".//{SVG}path[@data-from='body'][@data-to='head']") is not None
+    badges = {e.get("class") for e in root.iter(f"{SVG}rect") if (e.get("class") or "").startswith("badge")}
+    assert badges == {"badge-frozen", "badge-cached"}
+    cells = [c.text for c in root.iter("td")]
+    assert g.fingerprints()["body"][:23] + "…" in cells  # the table readers without widgets get
+
+
+def test_a_title_is_escaped_in_the_static_picture():
+    title = "<script>alert(1)</script> & co"
+    root = parse(Live(title=title).to_html())
+    assert root.find(".//script") is None and title in "".join(root.itertext())

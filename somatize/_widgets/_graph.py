@@ -1,9 +1,18 @@
-"""The graph panel: what `Graph` shows when displayed.
+"""The graph panel: what a `Graph` shows when displayed, and the picture
+`spent(store, run=..., graph=g)` draws a run's times on.
 
-The rule it keeps: the panel reads the graph through its public face
-(`nodes`, `edges`, `outputs`, `fingerprints()`) and never changes it. The DAG
-is laid out here, once, in layers (no graphviz): the front end and the static
-SVG draw the same coordinates, so the picture on GitHub is the one in the lab.
+The rules it keeps:
+- The panel reads the graph through its public face (`nodes`, `edges`,
+  `outputs`, `fingerprints()`) and never changes it.
+- A graph does not know its runs (the engine never imports the record), so
+  `g` displayed alone shows its structure: nodes, edges, frozen and cached
+  badges, fingerprints. Times come with the record one names:
+  `spent(store, run="a-run", graph=g)` writes on each node its mean time per
+  forward and its share of the run, marks the slowest node, and tells its
+  time in the forward the timeline shows (the last) on hover.
+- One picture. The DAG is laid out in layers (no graphviz) and drawn as SVG
+  here, once; the front end shows that very SVG and only adds clicking, so
+  the picture on GitHub is the one in the lab.
 """
 
 from __future__ import annotations
@@ -12,12 +21,14 @@ from html import escape
 
 from . import _svg
 
-NODE_W, NODE_H, LAYER_GAP, NODE_GAP, MARGIN = 150, 44, 34, 22, 12
+NODE_W, NODE_H, TIMED_H, IO_H, LAYER_GAP, NODE_GAP, MARGIN = 170, 44, 60, 30, 34, 22, 12
+BADGES = (("cached", "#9333ea"), ("frozen", "#0891b2"))
 
 
 def describe(g, timings=None):
     """The panel's data: nodes with badges, fingerprints and timings, edges,
-    and a layered layout. `timings`: {node name: {"last_us", "mean_us", "runs"}}."""
+    a layered layout and its SVG. `timings`: {node name: {"mean_us",
+    "last_us", "forward", "share", "runs", "slowest"}}, as `spent` reads them."""
     timings = timings or {}
     fingerprints = g.fingerprints()
     nodes = [{"id": "input", "label": "input", "kind": "io"}]
@@ -36,14 +47,18 @@ def describe(g, timings=None):
     edges = [{"from": a, "to": b} for a, b in g.edges]
     nodes.append({"id": "output", "label": "output", "kind": "io"})
     edges += [{"from": a, "to": "output"} for a in g.outputs]
-    _layout(nodes, edges)
-    width = max(n["x"] + NODE_W for n in nodes) + MARGIN
-    height = max(n["y"] + NODE_H for n in nodes) + MARGIN
-    return {"nodes": nodes, "edges": edges, "width": width, "height": height,
-            "node_w": NODE_W, "node_h": NODE_H, "timed": bool(timings)}
+    node_h = TIMED_H if timings else NODE_H
+    for n in nodes:
+        n["h"] = IO_H if n["kind"] == "io" else node_h
+    _layout(nodes, edges, node_h)
+    d = {"nodes": nodes, "edges": edges, "node_w": NODE_W, "timed": bool(timings),
+         "width": max(n["x"] + NODE_W for n in nodes) + MARGIN,
+         "height": max(n["y"] + n["h"] for n in nodes) + MARGIN}
+    d["svg"] = graph_svg(d)
+    return d
 
 
-def _layout(nodes, edges):
+def _layout(nodes, edges, node_h):
     """Layers by longest path from the input; inside a layer, nodes ordered
     by the mean position of their parents (one barycentre sweep), centred."""
     parents = {n["id"]: [] for n in nodes}
@@ -51,8 +66,7 @@ def _layout(nodes, edges):
         parents[e["to"]].append(e["from"])
     layer = {}
     for n in nodes:  # nodes come in run order, so parents are placed first
-        ps = parents[n["id"]]
-        layer[n["id"]] = 1 + max((layer[p] for p in ps), default=-1)
+        layer[n["id"]] = 1 + max((layer[p] for p in parents[n["id"]]), default=-1)
     rows = {}
     for n in nodes:
         rows.setdefault(layer[n["id"]], []).append(n["id"])
@@ -62,20 +76,16 @@ def _layout(nodes, edges):
         for i, nid in enumerate(rows[k]):
             pos[nid] = i - (len(rows[k]) - 1) / 2
     widest = max(len(r) for r in rows.values())
+    last = max(rows)
     by_id = {n["id"]: n for n in nodes}
     for k, row in rows.items():
         offset = (widest - len(row)) * (NODE_W + NODE_GAP) / 2
+        # The input's and output's layers are short ones: they carry no numbers.
+        top = MARGIN + sum((IO_H if j in (0, last) else node_h) + LAYER_GAP for j in range(k))
         for i, nid in enumerate(row):
             by_id[nid]["x"] = MARGIN + offset + i * (NODE_W + NODE_GAP)
-            by_id[nid]["y"] = MARGIN + k * (NODE_H + LAYER_GAP)
+            by_id[nid]["y"] = top
             by_id[nid]["layer"] = k
-
-
-def _edge_path(a, b):
-    x1, y1 = a["x"] + NODE_W / 2, a["y"] + NODE_H
-    x2, y2 = b["x"] + NODE_W / 2, b["y"] - 4
-    mid = (y1 + y2) / 2
-    return f"M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}", (x2, y2)
 
 
 def graph_svg(d):
@@ -84,109 +94,121 @@ def graph_svg(d):
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
              f'font-family="{_svg.FONT}" role="img" aria-label="graph">']
     for e in d["edges"]:
-        path, (x2, y2) = _edge_path(by_id[e["from"]], by_id[e["to"]])
-        parts.append(f'<path class="edge" d="{path}" fill="none" stroke="{_svg.MUTED}" stroke-width="1.3"/>')
-        parts.append(f'<path d="M{x2 - 4:.1f},{y2 - 5:.1f} L{x2 + 4:.1f},{y2 - 5:.1f} L{x2:.1f},{y2 + 2:.1f} Z" fill="{_svg.MUTED}"/>')
+        a, b = by_id[e["from"]], by_id[e["to"]]
+        x1, y1 = a["x"] + NODE_W / 2, a["y"] + a["h"]
+        x2, y2 = b["x"] + NODE_W / 2, b["y"] - 4
+        mid = (y1 + y2) / 2
+        parts.append(f'<path class="edge" data-from="{escape(e["from"])}" data-to="{escape(e["to"])}" '
+                     f'd="M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}" '
+                     f'fill="none" stroke="{_svg.MUTED}" stroke-width="1.3"/>')
+        parts.append(f'<path class="arrow" d="M{x2 - 4:.1f},{y2 - 5:.1f} L{x2 + 4:.1f},{y2 - 5:.1f} '
+                     f'L{x2:.1f},{y2 + 2:.1f} Z" fill="{_svg.MUTED}"/>')
     for n in d["nodes"]:
-        x, y = n["x"], n["y"]
-        io = n["kind"] == "io"
-        dash = ' stroke-dasharray="4 3"' if io else ""
-        fill = _svg.SURFACE if io else "var(--jp-layout-color2, #f3f4f6)"
-        parts.append(f'<g class="node" data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" '
-                     f'height="{NODE_H}" rx="6" fill="{fill}" stroke="{_svg.GRID}" stroke-width="1.2"{dash}/>')
-        if io:
-            parts.append(_svg._text(x + NODE_W / 2, y + NODE_H / 2 + 4, n["label"], 12, _svg.MUTED, "middle"))
-        else:
-            parts.append(_svg._text(x + 10, y + 18, n["label"], 13, _svg.INK, weight="600"))
-            sub = n["class"]
-            if n.get("timing"):
-                sub += " · " + _svg.duration_us(n["timing"]["last_us"])
-            parts.append(_svg._text(x + 10, y + 35, sub, 11, _svg.MUTED))
-            bx = x + NODE_W - 6
-            for badge, color in (("cached", "#9333ea"), ("frozen", "#0891b2")):
-                if n[badge]:
-                    bw = 6.2 * len(badge) + 8
-                    bx -= bw
-                    parts.append(f'<rect x="{bx:.1f}" y="{y + 5}" width="{bw:.1f}" height="14" rx="7" fill="{color}"/>')
-                    parts.append(_svg._text(bx + bw / 2, y + 15.5, badge, 10, "#fff", "middle", "600"))
-                    bx -= 3
-        parts.append("</g>")
+        parts.append(_node_svg(n))
     parts.append("</svg>")
     return "".join(parts)
 
 
+def _node_svg(n):
+    x, y, H = n["x"], n["y"], n["h"]
+    if n["kind"] == "io":
+        return (f'<g class="node io" data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" '
+                f'height="{H}" rx="6" fill="{_svg.SURFACE}" stroke="{_svg.GRID}" stroke-width="1.2" '
+                f'stroke-dasharray="4 3"/>{_svg._text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
+    t = n.get("timing")
+    slow = bool(t and t.get("slowest"))
+    stroke = f'stroke="{_svg.SLOW}" stroke-width="2"' if slow else f'stroke="{_svg.GRID}" stroke-width="1.2"'
+    parts = [f'<g class="node{" slowest" if slow else ""}" data-node="{escape(n["id"])}">'
+             f'<title>{escape(_tip(n))}</title>'
+             f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{H}" rx="6" '
+             f'fill="var(--jp-layout-color2, #f3f4f6)" {stroke}/>',
+             _svg._text(x + 10, y + 18, n["label"], 13, _svg.INK, weight="600"),
+             _svg._text(x + 10, y + 34, n["class"], 11, _svg.MUTED)]
+    bx = x + NODE_W - 6
+    for badge, color in BADGES:
+        if n[badge]:
+            bw = 6.2 * len(badge) + 8
+            bx -= bw
+            parts.append(f'<rect class="badge-{badge}" x="{bx:.1f}" y="{y + 5}" width="{bw:.1f}" height="14" '
+                         f'rx="7" fill="{color}"/>')
+            parts.append(_svg._text(bx + bw / 2, y + 15.5, badge, 10, "#fff", "middle", "600"))
+            bx -= 3
+    if t:
+        share = t.get("share") or 0.0
+        color = _svg.SLOW if slow else _svg.SERIES[0]
+        parts.append(_svg._text(x + 10, y + 50, f"{_svg.duration_us(t['mean_us'])} a forward · {share:.0%}", 11,
+                                color if slow else _svg.INK, weight="600" if slow else "normal",
+                                extra='class="timing"'))
+        # The share of the run as a bar along the node's foot: the slow node is seen before it is read.
+        track = NODE_W - 20
+        parts.append(f'<rect x="{x + 10}" y="{y + H - 7}" width="{track}" height="3" rx="1.5" fill="{_svg.GRID}"/>'
+                     f'<rect class="share" x="{x + 10}" y="{y + H - 7}" width="{max(1.5, track * share):.1f}" '
+                     f'height="3" rx="1.5" fill="{color}"/>')
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _tip(n):
+    t = n.get("timing")
+    tip = f"{n['id']} ({n['class']})"
+    if t:
+        tip += (f": {_svg.duration_us(t['mean_us'])} a forward, {t['share']:.0%} of the run, "
+                f"{_svg.duration_us(t['last_us'])} in forward {t['forward']}")
+    return tip + " — click for details"
+
+
 def _table(d):
-    rows = []
+    """What the click shows in the lab, as a table for readers without widgets."""
+    timed = d["timed"]
+    head = ["node", "class", "settled", "fingerprint"] + (["a forward", "share", "in forward " + str(_forward(d))] if timed else [])
+    cell = "padding:2px 12px 2px 0;text-align:left"
+    rows = ["<tr>" + "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>" for h in head)
+            + "</tr>"]
     for n in d["nodes"]:
         if n["kind"] == "io":
             continue
-        fp = n["fingerprint"]
-        t = n.get("timing")
-        rows.append(
-            f"<tr><td style='padding:1px 10px 1px 0;font-weight:600'>{escape(n['id'])}</td>"
-            f"<td style='padding:1px 10px 1px 0'>{escape(n['class'])}</td>"
-            f"<td style='padding:1px 10px 1px 0'>{'frozen' if n['frozen'] else ''} {'cached' if n['cached'] else ''}</td>"
-            f"<td style='padding:1px 10px 1px 0;font-family:monospace;font-size:11px'>{escape(fp[:23] + '…') if fp else ''}</td>"
-            f"<td style='padding:1px 0'>{escape(_svg.duration_us(t['last_us'])) if t else ''}</td></tr>"
-        )
-    return f"<table style='border-collapse:collapse;font-size:12px;margin-top:8px'>{''.join(rows)}</table>"
+        fp, t = n["fingerprint"], n.get("timing")
+        values = [n["id"], n["class"], " ".join(b for b, _ in reversed(BADGES) if n[b]) or "—",
+                  fp[:23] + "…" if fp else "—"]
+        if timed:
+            values += [_svg.duration_us(t["mean_us"]), f"{t['share']:.0%}", _svg.duration_us(t["last_us"])] if t \
+                else ["—"] * 3
+        rows.append("<tr>" + "".join(
+            f"<td style='{cell}{';font-weight:600' if i == 0 else ''}"
+            f"{';font-family:monospace;font-size:11px' if i == 3 and fp else ''}'>{escape(v)}</td>"
+            for i, v in enumerate(values)) + "</tr>")
+    return f"<table style='border-collapse:collapse;font-size:12px;'>{''.join(rows)}</table>"
+
+
+def _forward(d):
+    return next((n["timing"]["forward"] for n in d["nodes"] if n.get("timing")), None)
+
+
+def title_of(g, run=None):
+    return repr(g) + (f" — times of run {run!r}" if run is not None else "")
 
 
 def graph_html(d, title):
-    return _svg.boxed(graph_svg(d) + _table(d), title)
+    """The static picture: the drawing, then the table a click would show."""
+    return _svg.boxed(f"<div style='display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start'>"
+                      f"<div style='overflow-x:auto;max-width:100%'>{d['svg']}</div>{_table(d)}</div>", title)
 
 
-def timings_from_record(store, run):
-    """{node: {"last_us", "mean_us", "runs"}} from a run's record."""
-    from somatize.record import nodes as node_table
-    from somatize.record import facts
+def graph_view(d, title):
+    from ._views import GraphView
 
-    table = node_table(store, run=run)
-    out = {}
-    for row in table.reset_index().to_dict("records"):
-        name = row.get("node")
-        mean = row.get("mean_us")
-        out[name] = {"mean_us": _num(mean), "runs": int(row.get("ran", 0) or 0), "last_us": _num(mean)}
-    try:
-        last = facts(store, run=run, forward=-1)
-    except Exception:
-        last = []
-    for f in last:
-        if f.get("fact") in ("ran", "recalled") and f.get("node") in out:
-            out[f["node"]]["last_us"] = f["took_us"]
-    return out
+    return GraphView(graph={**d, "title": title})
 
 
-def _num(x):
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
-
-
-class GraphPanel:
-    """A graph as a panel: the widget where it runs, the SVG where it doesn't."""
-
-    def __init__(self, g, store=None, run=None):
-        self.graph = g
-        timings = timings_from_record(store, run) if store is not None and run is not None else None
-        self.data = describe(g, timings)
-        self.title = repr(g) + (f" — timings from run {run!r}" if timings else "")
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        return graph_bundle(self.graph, include=include, exclude=exclude, _panel=self)
-
-    def to_html(self):
-        return graph_html(self.data, self.title)
-
-
-def graph_bundle(g, include=None, exclude=None, store=None, run=None, _panel=None):
+def graph_bundle(g, include=None, exclude=None):
     """The display bundle of a graph: the widget view, the static SVG and text."""
-    panel = _panel or GraphPanel(g, store=store, run=run)
-    bundle = {"text/plain": repr(g), "text/html": panel.to_html()}
+    d = describe(g)
+    title = title_of(g)
+    bundle = {"text/plain": repr(g), "text/html": graph_html(d, title)}
     try:
-        from ._views import GraphView, view_bundle
+        from ._views import view_bundle
+
+        bundle.update(view_bundle(graph_view(d, title)))
     except ImportError:  # no Jupyter widgets installed: the picture alone
-        return bundle
-    bundle.update(view_bundle(GraphView(graph={**panel.data, "title": panel.title})))
+        pass
     return bundle

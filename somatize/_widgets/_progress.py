@@ -11,6 +11,7 @@ an anywidget (STACK.md: embedding it clips).
 from __future__ import annotations
 
 import warnings
+from html import escape
 
 import numpy as np
 
@@ -19,11 +20,12 @@ from . import _svg
 POINTS = 2000
 
 
-def thinned(values, points=POINTS):
+def thinned(values, points=POINTS, steps=None):
     """(steps, means): at most `points` bucket means of `values`, each at the
-    mean step of its bucket. Non-finite values are dropped first."""
+    mean step of its bucket (`steps` default 1, 2, …, as `Live` counts them).
+    Non-finite values are dropped first."""
     values = np.asarray(values, dtype=np.float64)
-    steps = np.arange(len(values), dtype=np.float64)
+    steps = np.arange(1, len(values) + 1, dtype=np.float64) if steps is None else np.asarray(steps, np.float64)
     keep = np.isfinite(values)
     values, steps = values[keep], steps[keep]
     if len(values) <= points:
@@ -57,7 +59,8 @@ class Progress:
         self.name = name
         self.runs = runs
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        self.thin = {run: thinned(c.to_numpy()) for run, c in self.curves.items()}
+        # A curve is indexed by forward, from 0; its step is one more (the first step is step 1).
+        self.thin = {run: thinned(c.to_numpy(), steps=c.index.to_numpy() + 1) for run, c in self.curves.items()}
         self._box = None
 
     def _series(self, smoothing=0.0):
@@ -70,8 +73,10 @@ class Progress:
     def to_html(self):
         log = _wants_log(self.thin.values())
         chart = _svg.line_chart(self._series(), xlabel="step", ylabel=self.name + (" (log scale)" if log else ""), log=log)
-        title = f"{self.name} over steps — " + ", ".join(f"run {r!r}" for r in self.runs)
-        return _svg.boxed(chart, title)
+        return _svg.boxed(chart, self.title())
+
+    def title(self):
+        return f"{self.name} over steps — " + ", ".join(f"run {r!r}" for r in self.runs)
 
     def widget(self):
         """The interactive figure: zoom and pan (drag, wheel), log scale,
@@ -126,18 +131,22 @@ def _figure(p):
                                opacities=[0.0],
                                tooltip=bq.Tooltip(fields=["x", "y"], labels=["step", p.name], formats=[".0f", ".4g"])))
     x_axis = bq.Axis(scale=x_scale, label="step", tick_format=",d", grid_lines="solid")
-    y_axis = bq.Axis(scale=y_scale, side="left", label=p.name, tick_format=".3g", grid_lines="solid",
+    # "~" trims trailing zeros: 0.05 and 10, not 0.0500 and 10.0.
+    y_axis = bq.Axis(scale=y_scale, side="left", label=p.name, tick_format=".3~g", grid_lines="solid",
                      label_offset="50px")
     zoom = bq.interacts.PanZoom(scales={"x": [x_scale], "y": [y_scale]})
     fig = bq.Figure(marks=lines + dots, axes=[x_axis, y_axis], interaction=zoom, legend_location="top-right",
-                    title=f"{p.name} over steps", fig_margin={"top": 40, "bottom": 50, "left": 70, "right": 20},
-                    layout=widgets.Layout(width="100%", max_width="900px", height="360px"))
+                    fig_margin={"top": 16, "bottom": 50, "left": 70, "right": 20},
+                    layout=widgets.Layout(width="100%", height="340px"))
     fig.add_class("somatize-progress")
 
-    log = widgets.ToggleButton(value=start == "log", description="log scale", tooltip="log scale on the y axis")
+    small = {"width": "auto"}
+    log = widgets.ToggleButton(value=start == "log", description="log scale", tooltip="log scale on the y axis",
+                               icon="check" if start == "log" else "", layout=small)
     smooth = widgets.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
-                                 readout_format=".2f", continuous_update=False)
-    reset = widgets.Button(description="reset zoom", tooltip="show every step again")
+                                 readout_format=".2f", continuous_update=False,
+                                 style={"description_width": "auto"}, layout={"width": "260px"})
+    reset = widgets.Button(description="reset zoom", tooltip="show every step again", layout=small)
 
     def relog(change):
         new = scales["log" if change["new"] else "linear"]
@@ -145,6 +154,7 @@ def _figure(p):
             mark.scales = {"x": x_scale, "y": new}
         y_axis.scale = new
         zoom.scales = {"x": [x_scale], "y": [new]}
+        log.icon = "check" if change["new"] else ""
 
     def resmooth(change):
         for line, (x, y) in zip(lines, p.thin.values()):
@@ -157,10 +167,16 @@ def _figure(p):
     log.observe(relog, "value")
     smooth.observe(resmooth, "value")
     reset.on_click(rezoom)
-    hint = widgets.HTML("<span style='font-size:11px;color:var(--jp-ui-font-color2,#6b7280)'>"
-                        "drag to pan, wheel to zoom, hover for values</span>")
-    controls = widgets.HBox([log, smooth, reset, hint], layout=widgets.Layout(align_items="center", grid_gap="8px"))
-    return widgets.VBox([controls, fig])
+    # One line, never wrapped: the hint is short enough to stay whole, and drops below the controls when narrow.
+    hint = widgets.HTML(f"<span style='font-size:11px;color:{_svg.MUTED};white-space:nowrap'>"
+                        "drag to pan · wheel to zoom · hover for values</span>", layout={"width": "auto"})
+    controls = widgets.HBox([log, smooth, reset, hint],
+                            layout=widgets.Layout(align_items="center", flex_flow="row wrap", grid_gap="4px 12px"))
+    title = widgets.HTML(f"<div style='font-weight:600;font-size:14px;color:{_svg.INK}'>{escape(p.title())}</div>")
+    box = widgets.VBox([title, controls, fig],
+                       layout=widgets.Layout(border=f"1px solid {_svg.GRID}", padding="10px 12px", max_width="920px"))
+    box.add_class("somatize-progress-panel")
+    return box
 
 
 def progress(store, run, name="loss"):

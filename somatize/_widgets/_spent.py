@@ -1,4 +1,4 @@
-"""`spent(store, run=...)`: where the time of a run went.
+"""`spent(store, run=..., graph=None)`: where the time of a run went.
 
 The rule it keeps: everything shown is read from the record (the run's
 summary, its forward times and one forward's facts), never from a process
@@ -7,13 +7,17 @@ in another colour, so in a twenty-node graph the culprit is the first bar.
 The engine's own time (a forward's time outside its nodes) is a bar of its
 own; so is the Trainer's when the record holds it (a numeric fact
 `trainer_us`: µs of loss, backward and update per step).
+
+`graph=g` draws the same numbers on the graph itself (see `_graph`): a graph
+never knows its runs, so its times come from the record named here.
+
+The panel is drawn once, as SVG, in Python: the widget shows that picture
+(its hover texts are SVG titles) and the static fallback is the same one.
 """
 
 from __future__ import annotations
 
-import math
-
-from . import _svg
+from . import _graph, _svg
 
 TRAINER_FACT = "trainer_us"
 
@@ -30,11 +34,10 @@ def spent_data(store, run, forward=None):
         rows.append({"label": str(r["node"]), "kind": "node", "total_us": float(r["total_us"]),
                      "mean_us": float(r["total_us"]) / runs_ if runs_ else 0.0, "count": runs_})
     node_total = sum(r["total_us"] for r in rows)
-    forward_total = float(per_forward["took_us"].fillna(0).sum()) if count else 0.0
     if count:
-        rows.append({"label": "engine (outside nodes)", "kind": "engine",
-                     "total_us": max(0.0, forward_total - node_total),
-                     "mean_us": max(0.0, forward_total - node_total) / count, "count": count})
+        outside = max(0.0, float(per_forward["took_us"].fillna(0).sum()) - node_total)
+        rows.append({"label": "engine (outside nodes)", "kind": "engine", "total_us": outside,
+                     "mean_us": outside / count, "count": count})
     if TRAINER_FACT in per_forward:
         took = per_forward[TRAINER_FACT].dropna()
         rows.append({"label": "Trainer (loss, backward, update)", "kind": "trainer",
@@ -50,56 +53,90 @@ def spent_data(store, run, forward=None):
     timeline = None
     if count:
         which = count - 1 if forward is None else forward
+        said = facts(store, run=run, forward=which)
         spans = [{"node": f["node"], "kind": f["fact"], "began_us": f["began_us"], "took_us": f["took_us"]}
-                 for f in facts(store, run=run, forward=which) if f.get("fact") in ("ran", "recalled")]
-        total = next((f["took_us"] for f in facts(store, run=run, forward=which) if f.get("fact") == "finished"), None)
+                 for f in said if f.get("fact") in ("ran", "recalled")]
+        total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
         timeline = {"forward": which, "total_us": total, "spans": spans}
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
-            "slowest": slowest["label"] if slowest else None}
+            "slowest": slowest["label"] if slowest and slowest["slowest"] else None}
 
 
-def spent_html(d):
-    title = f"where the time went — run {d['run']!r}, {d['forwards']:,} forwards"
+def timings(d):
+    """{node: {"mean_us", "last_us", "forward", "share", "runs", "slowest"}}: what
+    the graph panel writes on each node."""
+    t = d["timeline"] or {"forward": None, "spans": []}
+    last = {}
+    for s in t["spans"]:
+        last[s["node"]] = last.get(s["node"], 0) + s["took_us"]
+    return {r["label"]: {"mean_us": r["mean_us"], "last_us": last.get(r["label"]), "forward": t["forward"],
+                         "share": r["share"], "runs": r["count"], "slowest": r["slowest"]}
+            for r in d["rows"] if r["kind"] == "node"}
+
+
+def title_of(d):
+    return f"Where the time went — run {d['run']!r}, {d['forwards']:,} forwards"
+
+
+def spent_inner(d, graph=None):
+    """The panel's body (headings and SVG), shared by the widget and the static picture."""
     if not d["rows"]:
-        return _svg.boxed(f"<div style='color:{_svg.MUTED}'>no node has run in this run yet</div>", title)
+        return f"<div style='color:{_svg.MUTED}'>No node has run in this run yet.</div>"
+    parts = []
+    if graph is not None:
+        parts.append(_h("On the graph: each node's mean time a forward and its share of the run"))
+        parts.append(f"<div style='overflow-x:auto'>{_graph.describe(graph, timings(d))['svg']}</div>")
     bars = [{"label": r["label"], "value": r["total_us"],
              "color": _svg.SLOW if r["slowest"] else (_svg.OVERHEAD if r["kind"] != "node" else _svg.SERIES[0]),
-             "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · mean {_svg.duration_us(r['mean_us'])}"}
+             "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · {_svg.duration_us(r['mean_us'])} a forward",
+             "data": {"node": r["label"], "kind": r["kind"]},
+             "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
+                    f"a forward over {r['count']:,} forwards"}
             for r in d["rows"]]
-    parts = [_h("total time per node (bar), share of all, mean per forward"),
-             _svg.bars_html(bars, title=title, unit_label="total time over the run")]
+    parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
+    grey = "grey: the engine's own time" + (", and the Trainer's" if any(r["kind"] == "trainer" for r in d["rows"]) else "") \
+        + ", not any node's"
+    parts.append(_svg.bars_svg(bars, title=title_of(d), unit_label=grey))
     t = d["timeline"]
     if t and t["spans"]:
         longest = max(s["took_us"] for s in t["spans"])
         spans = [(s["node"] + (" (recalled)" if s["kind"] == "recalled" else ""), s["began_us"], s["took_us"],
                   _svg.SLOW if s["node"] == d["slowest"] or s["took_us"] == longest else _svg.SERIES[0])
                  for s in t["spans"]]
-        parts.append(_h(f"forward {t['forward']}: which node ran when ({_svg.duration_us(t['total_us'])} in all)"))
+        parts.append(_h(f"Forward {t['forward']}, the last: which node ran when "
+                        f"({_svg.duration_us(t['total_us'])} in all)"))
         parts.append(_svg.timeline_svg(spans, t["total_us"]))
-    return _svg.boxed("".join(parts), title)
+    return "".join(parts)
 
 
 def _h(text):
-    return f"<div style='font-size:12px;font-weight:600;color:{_svg.MUTED};margin:8px 0 4px'>{text}</div>"
+    return f"<div style='font-size:12px;font-weight:600;color:{_svg.MUTED};margin:10px 0 4px'>{text}</div>"
 
 
 class Spent:
     """The answer of `spent`: a panel in a notebook, data everywhere else
     (`.rows`, `.timeline`, `.slowest`)."""
 
-    def __init__(self, data):
+    def __init__(self, data, graph=None):
         self.data = data
+        self.graph = graph
         self.rows = data["rows"]
         self.timeline = data["timeline"]
         self.slowest = data["slowest"]
 
+    def to_html(self):
+        """The static picture: what GitHub, nbviewer and nbconvert show."""
+        return _svg.boxed(spent_inner(self.data, self.graph), title_of(self.data))
+
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": repr(self), "text/html": spent_html(self.data)}
+        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
         try:
             from ._views import SpentView, view_bundle
         except ImportError:
             return bundle
-        bundle.update(view_bundle(SpentView(spent=_clean(self.data))))
+        view = SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph),
+                                "slowest": self.slowest})
+        bundle.update(view_bundle(view))
         return bundle
 
     def __repr__(self):
@@ -110,20 +147,9 @@ class Spent:
         return "\n".join(lines)
 
 
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    if hasattr(x, "item"):  # numpy scalars
-        return _clean(x.item())
-    return x
-
-
-def spent(store, run, forward=None):
+def spent(store, run, forward=None, graph=None):
     """Where the time of `run` went: total and mean time per node, the
-    engine's own time, and a timeline of one forward (the last, or
-    `forward=N`). Displays as a panel; `.rows` holds the numbers."""
-    return Spent(spent_data(store, run, forward))
+    engine's and the Trainer's own time, and a timeline of one forward (the
+    last, or `forward=N`). `graph=g` also draws those times on the graph.
+    Displays as a panel; `.rows` holds the numbers."""
+    return Spent(spent_data(store, run, forward), graph)

@@ -22,6 +22,7 @@ SERIES = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c", "#ca
 STATE = {"waiting": "#6b7280", "running": "#2563eb", "finished": "#16a34a", "failed": "#dc2626"}
 SLOW = "#ea580c"
 OVERHEAD = "#9ca3af"
+WIDE = 720  # the width of the spent panel's pictures, in the lab and on GitHub alike
 
 
 def ticks(lo, hi, count=5):
@@ -85,7 +86,7 @@ def _text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""
     )
 
 
-def line_chart(series, *, width=640, height=260, xlabel="step", ylabel="loss", log=False):
+def line_chart(series, *, width=WIDE, height=260, xlabel="step", ylabel="loss", log=False):
     """An SVG line chart. `series`: [{"name", "color", "points": [(x, y)],
     "band": [(x, lo, hi)] optional}]. Axes are labelled; y may be log."""
     left, right, top, bottom = 64, 16, 12, 44
@@ -156,7 +157,8 @@ def line_chart(series, *, width=640, height=260, xlabel="step", ylabel="loss", l
     return "".join(parts)
 
 
-def _box(inner, title=None, badge=None):
+def boxed(inner, title=None, badge=None):
+    """A panel's frame: a title (with a coloured pill when `badge` is (text, colour)) over `inner`."""
     head = ""
     if title is not None:
         pill = ""
@@ -167,7 +169,7 @@ def _box(inner, title=None, badge=None):
         head = (f'<div style="font-weight:600;font-size:14px;margin-bottom:6px;color:{INK}">'
                 f'{escape(title)}{pill}</div>')
     return (f'<div class="somatize-static" style="font-family:{FONT};color:{INK};background:{SURFACE};'
-            f'border:1px solid {GRID};border-radius:6px;padding:10px 12px;max-width:680px">{head}{inner}</div>')
+            f'border:1px solid {GRID};border-radius:6px;padding:10px 12px;max-width:{WIDE + 26}px">{head}{inner}</div>')
 
 
 def stats_row(items):
@@ -196,12 +198,22 @@ def live_html(snap):
           "band": [(p[0], p[2], p[3]) for p in curve] if snap["stride"] > 1 else []}],
         xlabel="step", ylabel="loss (log scale)" if log else "loss", log=log,
     )
-    return _box(stats + chart, snap["title"], (state, STATE.get(snap["state"], MUTED)))
+    return boxed(stats + chart, snap["title"], (state, STATE.get(snap["state"], MUTED)))
 
 
-def bars_html(rows, *, title, unit_label, note=""):
-    """Horizontal bars, longest first. rows: [{"label", "value", "text", "color"}]."""
-    width, bar_h, gap, left, right = 660, 18, 6, 170, 235
+def _data_attrs(attrs):
+    return "".join(f' data-{k}="{escape(str(v))}"' for k, v in (attrs or {}).items())
+
+
+def _tip(text):
+    # An SVG <title> is the hover text in a browser, and costs nothing where there is none.
+    return f"<title>{escape(text)}</title>" if text else ""
+
+
+def bars_svg(rows, *, title, unit_label):
+    """Horizontal bars, longest first. rows: [{"label", "value", "text",
+    "color", "data": {attr: value} optional, "tip": hover text optional}]."""
+    width, bar_h, gap, left, right = WIDE, 18, 6, 200, 235
     height = 28 + len(rows) * (bar_h + gap)
     top = max((r["value"] for r in rows), default=0) or 1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
@@ -210,16 +222,18 @@ def bars_html(rows, *, title, unit_label, note=""):
         y = 8 + i * (bar_h + gap)
         w = max(1.0, r["value"] / top * (width - left - right))
         parts.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
-        parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" fill="{r["color"]}"/>')
+        parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
+                     f'fill="{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
         parts.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
     parts.append(_text(left, height - 4, unit_label, 11, MUTED))
     parts.append("</svg>")
     return "".join(parts)
 
 
-def timeline_svg(spans, total_us, *, width=660):
+def timeline_svg(spans, total_us, *, width=None):
     """One forward: which node ran when. spans: [(label, began_us, took_us, color)]."""
-    left, right, lane = 170, 20, 20
+    width = width or WIDE
+    left, right, lane = 200, 20, 20
     height = 44 + len(spans) * lane
     total = max(total_us or 0, max((b + t for _, b, t, _ in spans), default=0)) or 1
     w = width - left - right
@@ -233,11 +247,8 @@ def timeline_svg(spans, total_us, *, width=660):
         y = 6 + i * lane
         parts.append(_text(left - 8, y + 12, label, 12, INK, "end"))
         parts.append(f'<rect class="span" x="{left + began / total * w:.1f}" y="{y}" '
-                     f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" fill="{color}"/>')
+                     f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" fill="{color}">'
+                     f'{_tip(f"{label}: began at {duration_us(began)}, took {duration_us(took)}")}</rect>')
     parts.append(_text(left + w / 2, height - 3, "time since the forward began", 11, MUTED, "middle"))
     parts.append("</svg>")
     return "".join(parts)
-
-
-def boxed(inner, title, badge=None):
-    return _box(inner, title, badge)
