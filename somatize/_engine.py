@@ -154,7 +154,9 @@ def _expr(x):
             raise SomatizeValueError("an empty dict cannot be a fan-out: give it at least one node")
         for k in x:
             if not isinstance(k, str):
-                raise SomatizeTypeError(f"fan-out dict keys must be strings; got {k!r}")
+                raise SomatizeTypeError(
+                    f"fan-out dict keys must be strings; got {k!r}: write {{'name': node, ...}}"
+                )
         return _Fan(tuple(_expr(b) for b in x.values()), tuple(x))
     if isinstance(x, type) and issubclass(x, Node):
         raise SomatizeTypeError(
@@ -337,10 +339,8 @@ class Graph:
             t0 = perf_counter_ns()
             try:
                 out = step.forward(arg, ctx)
-            except SomatizeError as e:
-                if isinstance(e, WatcherError):
-                    raise
-                raise _failed(step, e, emit, start, t0) from e
+            except WatcherError:
+                raise  # a watcher failed inside ctx.fact: the node did nothing wrong
             except Exception as e:
                 raise _failed(step, e, emit, start, t0) from e
             t1 = perf_counter_ns()
@@ -398,14 +398,20 @@ def _cross(value, where):
 
 def _check_data(value, where, wrapped):
     t = value.__class__
+    if t is Opaque:  # before _PASS: an edge passes an Opaque only on its own (see _cross)
+        raise SomatizeTypeError(
+            f"{where} holds an Opaque inside a structure; an Opaque crosses an edge on its own. "
+            "Return Opaque(whole_structure) to keep all of it in this process, or unwrap the inner value"
+        )
     if t in _PASS or isinstance(value, SCALARS):
         return
-    if t is Opaque:
-        raise SomatizeTypeError(f"{where} holds an Opaque inside a structure; an Opaque crosses an edge on its own, not inside a {t.__name__}")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise SomatizeTypeError(f"{where} is a dict with a non-string key {k!r}; data dicts have string keys")
+                raise SomatizeTypeError(
+                    f"{where} is a dict with a non-string key {k!r}; data dicts have string keys: "
+                    "write {str(k): v for k, v in d.items()}, or return Opaque(d) to keep it in this process"
+                )
             _check_data(v, where, wrapped)
         return
     if isinstance(value, (list, tuple)):
@@ -622,6 +628,8 @@ def _run_cached(step, arg, store, emit, start):
     t0 = perf_counter_ns()
     try:
         out = step.forward(arg, ctx)
+    except WatcherError:
+        raise
     except Exception as e:
         raise _failed(step, e, emit, start, t0) from e
     t1 = perf_counter_ns()
@@ -659,4 +667,6 @@ def _as_store(store):
         if found is None:
             found = _stores[key] = Store(key)
         return found
-    raise SomatizeTypeError(f"store= takes a Store or a path to one; got {type(store).__name__} {store!r:.60}")
+    from ._store import as_store
+
+    return as_store(store)  # not a Store nor a path: raises, naming what store= takes

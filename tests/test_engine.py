@@ -259,13 +259,13 @@ def test_cached_without_frozen_is_refused_before_anything_runs():
 
 
 def test_two_nodes_with_one_name_are_refused():
-    with pytest.raises(ValueError, match="two nodes are named 'x'"):
+    with pytest.raises(ValueError, match=r"two nodes are named 'x'.*rename one with \.named\(\.\.\.\)"):
         Graph.somatize(Add().named("x") >> Double().named("x"))
 
 
 def test_a_cycle_is_refused():
     a = Add()
-    with pytest.raises(ValueError, match="cycle"):
+    with pytest.raises(ValueError, match=r"cycle.*use a second instance"):
         Graph.somatize(a >> Double() >> a)
 
 
@@ -328,6 +328,7 @@ def test_a_raising_watcher_is_named_and_earlier_facts_were_delivered():
     with pytest.raises(WatcherError) as e:
         Graph.somatize(Add().named("a") >> Add().named("b")).forward(1, watching=[seen.append, picky])
     assert "picky" in str(e.value) and "disk full" in str(e.value)
+    assert "fix the watcher or take it out of watching=" in str(e.value)
     assert [f["fact"] for f in seen] == ["ran", "ran", "finished"]
 
 
@@ -359,3 +360,39 @@ def test_fingerprints_cover_frozen_nodes_and_change_with_attributes_and_code():
             return x - self.k
 
     assert Graph.somatize(Add2(1).named("a").frozen()).fingerprints() != fp
+
+
+def test_an_opaque_inside_a_structure_is_refused_naming_the_fix():
+    class Mixed(Node):
+        def forward(self, x, ctx):
+            return [Opaque(object()), x]
+
+    with pytest.raises(TypeError, match=r"output of node 'mixed' holds an Opaque inside.*Opaque\(whole_structure\)"):
+        Graph.somatize(Mixed()).forward(1)
+    with pytest.raises(TypeError, match="the graph's input holds an Opaque inside"):
+        Graph.somatize(Bare()).forward({"a": Opaque(1)})
+
+
+def test_a_dict_with_a_key_that_is_not_a_string_is_refused_naming_the_fix():
+    class Keys(Node):
+        def forward(self, x, ctx):
+            return {1: x}
+
+    with pytest.raises(TypeError, match=r"non-string key 1.*str\(k\).*Opaque\(d\)"):
+        Graph.somatize(Keys()).forward(1)
+    with pytest.raises(TypeError, match=r"fan-out dict keys must be strings.*\{'name': node"):
+        Graph.somatize(Add() >> {1: Double()})
+
+
+def test_a_watcher_failing_inside_ctx_fact_is_a_watcher_error_not_the_nodes(tmp_path):
+    class Talk(Node):
+        def forward(self, x, ctx):
+            ctx.fact("norm", value=1.0)
+            return x
+
+    def refuse(fact):
+        raise OSError("no space left")
+
+    for node in (Talk(), Talk().frozen().cached()):  # a cached node runs on its own path
+        with pytest.raises(WatcherError, match="refuse.*no space left"):
+            Graph.somatize(node).forward(1, store=tmp_path, watching=refuse)
