@@ -88,4 +88,7 @@ def test_notebook_01_graphs_runs(tmp_path):
 def test_notebook_02_store_and_record_runs(tmp_path):
     nb = run_notebook("02-store-and-record.ipynb", tmp_path)
     text = json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
-    assert "where the time went" in text and "sha256:" in text
+    assert "Where the time went" in text and "sha256:" in text
+    # the last cell draws the run's times on the graph: `heavy` (4 ms a forward) is the slow node
+    last = html_outputs(nb.cells[-1])[0]
+    assert 'class="node slowest" data-node="heavy"' in last
