@@ -107,6 +107,19 @@ def test_weights_changed_after_freeze_are_refused_then_taken_by_freeze_again(tmp
     assert [f["fact"] for f in said if f.get("node") == "body"] == ["ran", "kept"]
 
 
+@pytest.mark.parametrize("change", [f for f in _mutations() if f.__name__ != "data_inplace"], ids=lambda f: f.__name__)
+def test_big_weights_changed_after_freeze_are_refused_too(tmp_path, change):
+    # past 4 MiB freeze keeps no checksum of the bytes: torch's version
+    # counters, the tensors' memory and parameters() itself must catch these
+    g = freeze(cached_graph(width=1100))
+    assert sum(t.numel() * t.element_size() for t in export(g)["body"].values()) > 4 << 20
+    x = Opaque(torch.randn(4, 8))
+    g.forward(x, store=tmp_path)
+    change(g)
+    with pytest.raises(SomatizeError, match=r"changed after freeze\(g\)"):
+        g.forward(x, store=tmp_path)
+
+
 def test_export_names_tensors_by_node_and_copies_them():
     g = built()
     got = export(g)

@@ -127,6 +127,13 @@ def test_every_and_micro_must_be_positive_integers(arg, bad):
         trainer(**{arg: bad})
 
 
+def test_every_and_micro_take_any_integer_type():
+    import numpy as np
+
+    t = trainer(every=np.int64(2), micro=np.int32(2))
+    assert (t.every, t.micro) == (2, 2) and type(t.every) is int
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, "1", True])
 def test_clip_must_be_a_positive_number(bad):
     with pytest.raises(SomatizeError, match="clip="):

@@ -104,6 +104,11 @@ def freeze(g):
     fingerprint, with a check the engine runs before it serves a cache.
 
     Returns ``g``. Call it again after loading new weights into a frozen node.
+    What is caught afterwards: an optimizer step or any in-place update
+    through the tensor, ``p.data = ...``, a module or parameter swapped; and,
+    for a node under 4 MiB of weights, any change of their bytes at all. Past
+    that, an edit through ``p.data.add_(...)`` (which torch does not count)
+    goes unseen: do not edit a frozen node's weights through ``.data``.
     """
     for node in g.nodes:
         if not node.is_frozen:
