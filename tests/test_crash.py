@@ -11,7 +11,7 @@ import time
 
 from somatize import Store
 from somatize._record._check import check_runs
-from somatize.record import facts, runs
+from somatize.record import curve, facts, runs
 
 # Each fact carries its place in the whole sequence (seq), so that loss,
 # duplication and disorder are all visible in one comparison.
@@ -76,26 +76,41 @@ def test_kill_9_at_random_moments_loses_nothing_flushed(tmp_path):
 
 
 FOUR = """
-import sys
+import sys, time
 from somatize import Recorder
 store, run = sys.argv[1], sys.argv[2]
-with Recorder(store, run=run) as recorder:
+with Recorder(store, run=run, summarising=["loss"]) as recorder:
+    print("ready", flush=True)
+    sys.stdin.readline()  # all four start writing at once
     for i in range(5000):
         recorder.forward_began()
         recorder({"fact": "step", "run": run, "i": i})
         recorder({"fact": "loss", "value": i / 5000})
+        if i % 250 == 249:
+            recorder.flush()  # twenty flushes each, interleaved with the others'
+            time.sleep(0.002)
 """
 
 
-def test_four_processes_record_four_runs_into_one_store(tmp_path):
+def test_four_processes_record_four_runs_into_one_store_at_once(tmp_path):
     path = tmp_path / "store"
     store = Store(path)
     names = [f"run-{k}" for k in range(4)]
-    writers = [subprocess.Popen([sys.executable, "-c", FOUR, str(path), name]) for name in names]
+    writers = [subprocess.Popen([sys.executable, "-c", FOUR, str(path), name], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for name in names]
+    assert [w.stdout.readline() for w in writers] == ["ready\n"] * 4
+    for w in writers:
+        w.stdin.write("go\n")
+        w.stdin.flush()
     assert [w.wait(60) for w in writers] == [0, 0, 0, 0]
+    for w in writers:
+        w.stdin.close()
+        w.stdout.close()
     listed = runs(store).set_index("run")
     for name in names:
         steps = [f for f in facts(store, name) if f["fact"] == "step"]
         assert steps == [{"fact": "step", "run": name, "i": i} for i in range(5000)]
+        assert list(curve(store, name, "loss")) == [i / 5000 for i in range(5000)]
         assert listed.loc[name, "state"] == "finished" and listed.loc[name, "forwards"] == 5000
-    assert check_runs(path) == ([], [])
+        assert listed.loc[name, "loss"] == 4999 / 5000
+    assert check_runs(path) == ([], []) and store.check() == []

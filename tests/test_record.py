@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from somatize import Graph, Node, Recorder, Store
-from somatize._errors import SomatizeKeyError, SomatizeValueError
+from somatize._errors import SomatizeKeyError, SomatizeValueError, WatcherError
 from somatize.record import curve, facts, forwards, nodes, runs
 
 
@@ -292,3 +292,66 @@ def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
             1 / 0
     assert runs(store).set_index("run").loc["r", "state"] == "interrupted"
     assert facts(store, "r", forward=0) == [{"fact": "finished", "took_us": 1}]
+
+
+@pytest.fixture
+def no_background_flush(monkeypatch):
+    """Only the query itself can hand the facts over (the flusher thread idles)."""
+    from somatize._record import _recorder
+
+    monkeypatch.setattr(_recorder, "_flush_all", lambda: None)
+
+
+QUERIES = {
+    "facts": lambda store: facts(store, "r", forward=2)[1:] == [{"fact": "finished", "took_us": 2}, {"fact": "loss", "value": 0.5}],
+    "forwards": lambda store: list(forwards(store, "r")["took_us"]) == [0, 1, 2],
+    "curve": lambda store: list(curve(store, "r", "loss")) == [0.5, 0.5, 0.5],
+    "nodes": lambda store: nodes(store, "r").set_index("node").loc["body", "ran"] == 3,
+    "runs": lambda store: runs(store).set_index("run").loc["r", "forwards"] == 3,
+}
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_every_query_in_this_process_sees_every_fact_so_far(store, no_background_flush, query):
+    recorder = Recorder(store, run="r")
+    for i in range(3):
+        recorder.forward_began()
+        recorder({"fact": "ran", "node": "body", "began_us": 0, "took_us": 1})
+        recorder({"fact": "finished", "took_us": i})
+        recorder({"fact": "loss", "value": 0.5})
+    summary = store.path / "runs" / "r" / "summary.json"
+    assert b'"facts":0' in summary.read_bytes()  # nothing on disk yet
+    assert QUERIES[query](store)
+    recorder.close()
+
+
+class Refuse:
+    """A watcher that fails on the first fact of a kind, as a full disk would."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __call__(self, fact):
+        if fact["fact"] == self.kind:
+            raise OSError("no space left on device")
+
+
+@pytest.mark.parametrize("recorder_first", [True, False])
+def test_a_raising_watcher_leaves_the_record_with_everything_before(store, recorder_first):
+    g = Graph.somatize(Twice().named("a") >> Twice().named("b"))
+    recorder = Recorder(store, run="r")
+    heard = []
+    g.forward(1, watching=[recorder, heard.append])  # forward 0: whole
+    refuse = Refuse("finished")
+    watching = [recorder, heard.append, refuse] if recorder_first else [refuse, recorder, heard.append]
+    with pytest.raises(WatcherError, match="Refuse.*no space left on device") as e:
+        g.forward(2, watching=watching)
+    assert "take it out of watching=" in str(e.value)
+    g.forward(3, watching=[recorder, heard.append])  # the record goes on
+    recorder.close()
+    said = facts(store, "r")
+    assert said == heard  # the recorder kept every fact it was handed, in order
+    by_forward = [facts(store, "r", forward=n) for n in range(3)]
+    assert [f["fact"] for f in by_forward[1]] == ["seen", "ran", "seen", "ran"] + (["finished"] if recorder_first else [])
+    assert by_forward[2][-1]["fact"] == "finished" and by_forward[0][-1]["fact"] == "finished"
+    assert runs(store).set_index("run").loc["r", "state"] == "finished"
