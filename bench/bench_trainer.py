@@ -8,6 +8,7 @@ variants interleaved round by round (the order rotates), medians over rounds:
   raw                 the plain loop: forward, mse, backward, step, zero_grad
   trainer             Trainer.step, no watchers
   trainer+recorder    Trainer.step with a Recorder writing the record durably
+                      (every fact of the Trainer's, trainer_us included)
   lightning (off)     LightningModule + lightning.Trainer, logger, progress bar,
                       checkpointing and summary off
   lightning (log)     the same plus self.log("loss", ...) into a CSVLogger
@@ -18,6 +19,11 @@ timed from its first batch's start to its last batch's end (its setup is left
 out, which favours it); it is skipped if not installed (`pip install .[bench]`).
 
 Targets (issue 3): trainer <= 1.05x raw, trainer+recorder <= 1.10x raw.
+
+Then the cost of the `trainer_us` fact alone: a step's facts handed to a
+Recorder and written (flushed) with and without it, interleaved, so the
+difference is what that one fact adds to a step of trainer+recorder (the four
+perf_counter_ns calls that time a step are measured beside it).
 
     .venv/bin/python bench/bench_trainer.py [--steps 300] [--rounds 7]
 """
@@ -163,6 +169,45 @@ def lightning_variant(log):
     return run
 
 
+def fact_cost(store, steps, rounds):
+    """µs per step that the trainer_us fact adds to a Recorder (hand-over and
+    write), and µs per step of timing a step (four perf_counter_ns calls)."""
+    engine = [{"fact": "ran", "node": "body", "began_us": 1, "took_us": 40},
+              {"fact": "ran", "node": "head", "began_us": 43, "took_us": 9},
+              {"fact": "finished", "took_us": 55}, {"fact": "updated"}]
+
+    def hand(with_fact):
+        rec = Recorder(store, run=f"facts-{time.monotonic_ns()}", summarising=["loss"])
+        t = time.perf_counter_ns()
+        for i in range(steps):
+            rec.forward_began()
+            for f in engine:
+                rec(f)
+            rec({"fact": "loss", "value": 1.0 / (i + 1)})
+            if with_fact:
+                rec({"fact": "trainer_us", "value": (time.perf_counter_ns() - t) // 1000 % 997})
+        rec.flush()
+        took = time.perf_counter_ns() - t
+        rec.close()
+        return took / steps / 1000
+
+    def clocks():
+        t = time.perf_counter_ns()
+        for _ in range(steps):
+            a = time.perf_counter_ns()
+            b = time.perf_counter_ns()
+            c = time.perf_counter_ns()
+            (time.perf_counter_ns() - a - (c - b)) // 1000
+        return (time.perf_counter_ns() - t) / steps / 1000
+
+    added, timing = [], []
+    for _ in range(rounds):
+        without, with_ = hand(False), hand(True)
+        added.append(with_ - without)
+        timing.append(clocks())
+    return statistics.median(added), statistics.median(timing)
+
+
 def checkpoints(width, tmp):
     """Bytes on disk for 10 checkpoints of a graph whose body is frozen."""
     g = freeze(graph(width, frozen_body=True))
@@ -211,6 +256,11 @@ def main():
     for n in names:
         ratio = statistics.median(a / b for a, b in zip(per_step[n], per_step["raw"]))
         print(f"{n:<18} {statistics.median(per_step[n]) * 1e6:>17.1f} {ratio:>25.3f}x")
+
+    raw_us = statistics.median(per_step["raw"]) * 1e6
+    added, timing = fact_cost(store, args.steps, max(args.rounds, 15))
+    print(f"\ntrainer_us fact: +{added:.2f} µs/step through a Recorder ({added / raw_us:.2%} of the raw step); "
+          f"timing the step: {timing:.2f} µs/step ({timing / raw_us:.2%})")
 
     print("\n10 checkpoints of a graph with a frozen body (kept with store.keep(name, trainer.export())):")
     for width in (32, 512):
