@@ -355,3 +355,13 @@ def test_a_raising_watcher_leaves_the_record_with_everything_before(store, recor
     assert [f["fact"] for f in by_forward[1]] == ["seen", "ran", "seen", "ran"] + (["finished"] if recorder_first else [])
     assert by_forward[2][-1]["fact"] == "finished" and by_forward[0][-1]["fact"] == "finished"
     assert runs(store).set_index("run").loc["r", "state"] == "finished"
+
+
+def test_a_run_without_facts_yet_reads_empty(store):
+    recorder = Recorder(store, run="r", summarising=["loss"])
+    assert facts(store, "r") == []
+    assert len(forwards(store, "r")) == 0 and len(nodes(store, "r")) == 0
+    assert runs(store).set_index("run").loc["r", "forwards"] == 0
+    with pytest.raises(SomatizeValueError, match="no forwards yet"):
+        facts(store, "r", forward=0)
+    recorder.close()

@@ -30,8 +30,11 @@ a kill interrupted: whole blocks there are read (their checksum proves them),
 a torn block is ignored and is not damage; ``Recorder(..., resume=True)`` cuts
 the run back to its last completed flush and writes the whole blocks again.
 Damage is what a completed flush wrote and no longer reads: a block whose
-checksum fails, or a file shorter than its summary says. A kill -9 loses at
-most the facts handed over since the last completed flush, ≈0.1 s of them.
+checksum fails, or a file shorter than its summary says. A kill -9 (or a
+power cut) loses at most the facts handed over since the last completed flush:
+the last ``FLUSH_EVERY`` (0.1 s) of them plus those handed over while that
+flush ran; ``bench/bench_record_crash.py`` measures it. ``flush()`` and
+``close()`` make every fact so far durable.
 
 Numbers are kept as they were given (ints stay ints, floats floats). Two
 exceptions from JSON: a NaN or infinity in a fact reads back as ``None``
