@@ -106,7 +106,7 @@ def test_check_counts_what_it_checked_in_good_grammar(tmp_path):
 
 AS_NOBODY = """
 import os, sys
-import somatize._record._check, somatize._store_check  # loaded lazily by the command
+import somatize._record._check, somatize._store, somatize._store_check  # loaded lazily by the command
 from somatize.cli import check_report, runs_table
 # root ignores permission bits: read as an ordinary user. That user cannot read
 # this interpreter's own files, so the command's two functions run here.
@@ -148,3 +148,15 @@ def test_a_recorder_refuses_a_readonly_store(tmp_path):
     with pytest.raises(PermissionError, match=r"read-only.*Recorder\(Store\("):
         Recorder(Store(store.path, readonly=True), run="r")
     assert not (store.path / "runs").exists()
+
+
+def test_listing_runs_loads_neither_numpy_nor_pandas(tmp_path):
+    # importing numpy is most of a 200 ms budget for listing 1,000 runs
+    store, live = make(tmp_path)
+    live.close()
+    code = (
+        "import sys\nfrom somatize.cli import main\nmain(['runs', sys.argv[1]])\n"
+        "print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "[]" and "done" in out.stdout

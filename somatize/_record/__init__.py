@@ -40,8 +40,8 @@ Numbers are kept as they were given (ints stay ints, floats floats). Two
 exceptions from JSON: a NaN or infinity in a fact reads back as ``None``
 (the series keep it exactly), and a field orjson cannot encode is kept as
 its ``str``.
+
+The package holds no names of its own: ``somatize.Recorder`` comes from
+``_recorder``, the queries from ``_queries``; importing the package loads
+neither, so ``somatize runs`` (``_runs`` alone) starts without numpy.
 """
-
-from ._recorder import Recorder as Recorder
-
-__all__ = ["Recorder"]
