@@ -174,7 +174,10 @@ function render({ model, el }) {
     cells.best.textContent = number(s.best);
     cells.elapsed.textContent = seconds(s.elapsed_s);
     const isLog = scaleIsLog();
-    toggle.textContent = isLog ? "linear scale" : "log scale";
+    // Says what the scale is, as progress's toggle does: pressed with a tick when log.
+    toggle.textContent = isLog ? "✓ log scale" : "log scale";
+    toggle.setAttribute("aria-pressed", String(isLog));
+    toggle.title = isLog ? "the y axis is in log scale: click for linear" : "click for a log scale on the y axis";
     chart(host, s, isLog);
   }
   model.on("change:status", draw);

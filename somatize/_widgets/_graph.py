@@ -85,7 +85,6 @@ def _layout(nodes, edges, node_h):
         for i, nid in enumerate(row):
             by_id[nid]["x"] = MARGIN + offset + i * (NODE_W + NODE_GAP)
             by_id[nid]["y"] = top
-            by_id[nid]["layer"] = k
 
 
 def graph_svg(d):
@@ -184,31 +183,20 @@ def _forward(d):
     return next((n["timing"]["forward"] for n in d["nodes"] if n.get("timing")), None)
 
 
-def title_of(g, run=None):
-    return repr(g) + (f" — times of run {run!r}" if run is not None else "")
-
-
 def graph_html(d, title):
     """The static picture: the drawing, then the table a click would show."""
     return _svg.boxed(f"<div style='display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start'>"
                       f"<div style='overflow-x:auto;max-width:100%'>{d['svg']}</div>{_table(d)}</div>", title)
 
 
-def graph_view(d, title):
-    from ._views import GraphView
-
-    return GraphView(graph={**d, "title": title})
-
-
 def graph_bundle(g, include=None, exclude=None):
     """The display bundle of a graph: the widget view, the static SVG and text."""
     d = describe(g)
-    title = title_of(g)
-    bundle = {"text/plain": repr(g), "text/html": graph_html(d, title)}
+    bundle = {"text/plain": repr(g), "text/html": graph_html(d, repr(g))}
     try:
-        from ._views import view_bundle
+        from ._views import GraphView, view_bundle
 
-        bundle.update(view_bundle(graph_view(d, title)))
+        bundle.update(view_bundle(GraphView(graph={**d, "title": repr(g)})))
     except ImportError:  # no Jupyter widgets installed: the picture alone
         pass
     return bundle

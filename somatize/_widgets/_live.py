@@ -94,7 +94,6 @@ class Live:
         self.error = None
         self._curve = Curve()
         self._state = "waiting"
-        self._in_forward = False
         self._began = self._ended = None
         # The front end: a view once displayed, and the throttle's state.
         self._view = None
@@ -117,7 +116,6 @@ class Live:
             self._curve.add(value)
         elif kind == "finished":
             self.forwards += 1
-            self._in_forward = False
             self._ended = time.monotonic()
         elif kind == "updated":
             self.updates += 1
@@ -126,7 +124,6 @@ class Live:
             self._poke()
 
     def forward_began(self):
-        self._in_forward = True
         if self._state != "running":
             self._start()
 
