@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 
+from ._errors import DamagedError
 from ._files import read_file, sha256_file
 from ._names import DIGEST, name_problem
-from ._errors import DamagedError
 from ._objects import TREE, Damaged, parse, references
 
 _HEX2 = re.compile(r"[0-9a-f]{2}")

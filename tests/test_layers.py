@@ -49,3 +49,58 @@ def test_importing_the_core_loads_neither_torch_nor_jupyter():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Inside the package, layers go one way too (docs/ARCHITECTURE.md): a module
+# imports its own layer or those below, never one above.
+RANK = {
+    "_errors": 0, "_values": 0, "_codecs": 0, "_files": 0, "_names": 0,
+    "_objects": 1, "_store": 1, "_store_check": 1,
+    "_engine": 2,
+    "_record": 3, "record": 3,
+    "torch": 4, "diagnose": 4,
+    "_widgets": 5, "_server": 5, "cli": 5, "demo": 5, "__init__": 5,
+}
+UPWARD = {  # lazy imports for display, each with its reason
+    ("_engine", "_widgets"): "a Graph shows its panel when displayed in a notebook",
+    ("record", "_widgets"): "progress, spent and Live are public names of somatize.record",
+}
+
+
+def top_of(rel_module):
+    """'_record._runs' -> '_record'; '_store' -> '_store'."""
+    return rel_module.split(".")[0] or "__init__"
+
+
+def somatize_imports(path):
+    """Every somatize module ``path`` imports, as a top name under somatize/
+    ("__init__" for the package itself)."""
+    package = path.parent.relative_to(ROOT).parts  # () for somatize/, ("_record",) for somatize/_record/
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = list(package[: len(package) - (node.level - 1)])
+            if node.module:
+                targets = [base + node.module.split(".")]
+            else:
+                targets = [base + [a.name] for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            targets = [node.module.split(".")[1:]] if node.module.split(".")[0] == "somatize" else []
+        elif isinstance(node, ast.Import):
+            targets = [a.name.split(".")[1:] for a in node.names if a.name.split(".")[0] == "somatize"]
+        else:
+            continue
+        for t in targets:
+            yield (t[0] if t else "__init__"), node.lineno
+
+
+def test_inside_the_package_imports_go_down_the_layers():
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        here = top_of(path.relative_to(ROOT).with_suffix("").as_posix().replace("/", "."))
+        for there, line in somatize_imports(path):
+            there = top_of(there)
+            if there in RANK and RANK[there] > RANK[here] and (here, there) not in UPWARD:
+                wrong.append(f"somatize/{path.relative_to(ROOT)}:{line} ({here}) imports {there}")
+    assert wrong == []
+    assert set(RANK) >= {top_of(p.relative_to(ROOT).with_suffix("").parts[0]) for p in ROOT.rglob("*.py")}
