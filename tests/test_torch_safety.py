@@ -18,10 +18,11 @@ from somatize._objects import Encoded
 
 MIB = 1 << 20
 
-# Run in a fresh process so its peak resident memory (ru_maxrss) is about
-# this one job: a tensor of 128 MiB, every page touched, then its digest.
+# Run in a fresh process, with its peak resident memory reset (Linux's
+# clear_refs) just before the digest, so the peak is about this one job: a
+# tensor of 128 MiB, every page touched, then its digest.
 PEAK = r"""
-import resource, sys
+import re, sys
 import torch
 import somatize.torch
 from somatize import Graph, Node, Opaque, Store
@@ -40,15 +41,17 @@ g = Graph.somatize(Total().named("total").frozen().cached())
 small = torch.ones(4)
 digest_tensors({"w": small}), store.digest_of(small), g.forward(Opaque(small), store=store)  # warm
 
-def peak():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+def status(key):
+    return int(re.search(key + r":\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 
-before = peak()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) starts again from what is resident now
+before = status("VmRSS")
 if how in ("freeze", "transposed"):
     digest_tensors({"w": t})  # what freeze(g) takes of a node's weights
 else:
     g.forward(Opaque(t), store=store)  # a cached node keys on its input's digest
-print(peak() - before)
+print(status("VmHWM") - before)
 """
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Graph, Node, Opaque, Recorder, SomatizeError, Store
+from somatize import Data, Graph, Node, Opaque, Recorder, SomatizeError, Store
 from somatize._errors import WatcherError
 from somatize.record import facts, forwards, spent
 from somatize.torch import NonFiniteLoss, Trainer, parameters
@@ -165,6 +165,14 @@ def test_a_trainer_over_a_frozen_node_freezes_it(grads_off_by_hand):
     trainer(g)
     assert not any(p.requires_grad for p in g.node("body").net.parameters())
     assert g.node("body")._sz_weights is not None
+
+
+def test_x_may_come_wrapped_and_data_cuts_autograd_as_at_any_edge():
+    x, y = batches(1)[0]
+    kept, cut = x.clone().requires_grad_(), x.clone().requires_grad_()
+    a, b = trainer(), trainer()
+    assert a.step((Opaque(kept), y)) == b.step((Data(cut), y)) == trainer().step((x, y))
+    assert kept.grad is not None and cut.grad is None
 
 
 def test_micro_larger_than_the_batch_is_refused():

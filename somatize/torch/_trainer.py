@@ -96,7 +96,7 @@ class Trainer:
         self.every = _positive_int("every", every)
         self.micro = _positive_int("micro", micro)
         if clip is not None:
-            if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0 or not math.isfinite(clip):
+            if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not clip > 0 or not math.isfinite(clip):
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, or clip=None")
             clip = float(clip)
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
