@@ -44,6 +44,10 @@ def _number(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _whole(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else _number(value)
+
+
 def runs_table(path) -> str:
     """The text ``somatize runs`` prints."""
     from ._record._runs import summaries
@@ -65,8 +69,8 @@ def runs_table(path) -> str:
             [
                 row["run"],
                 row["state"],
-                str(row.get("forwards", 0)),
-                str(row.get("facts", 0)),
+                _whole(row.get("forwards", 0)),
+                _whole(row.get("facts", 0)),
                 *(_number(stats.get(n, {}).get("last")) for n in names),
                 _ago(row.get("updated"), now),
             ]
