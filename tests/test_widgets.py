@@ -413,6 +413,19 @@ def test_graph_layout_points_every_edge_down_and_never_overlaps():
     assert by["tail"]["frozen"] and by["tail"]["fingerprint"] == g.fingerprints()["tail"]
 
 
+def test_an_edge_that_skips_layers_runs_beside_the_nodes_it_passes():
+    a, b, c = Plus().named("a"), Plus().named("b"), Plus().named("c")
+    g = Graph.somatize(a >> [b >> c >> Plus().named("d"), Plus().named("short")] >> Plus().named("join"))
+    d = describe(g)
+    long = next(e for e in d["edges"] if e["from"] == "short")
+    assert len(long["via"]) == 2  # "short" feeds "join" two layers further down
+    for vx, top, foot in long["via"]:
+        for n in d["nodes"]:
+            beside = vx < n["x"] or vx > n["x"] + d["node_w"]
+            apart = foot <= n["y"] or top >= n["y"] + n["h"]
+            assert beside or apart, f"the edge short -> join passes behind {n['id']}"
+
+
 def test_displaying_a_graph_shows_nodes_edges_and_badges():
     g = Graph.somatize(Body().named("body").frozen() >> Head().named("head"))
     bundle = g._repr_mimebundle_()

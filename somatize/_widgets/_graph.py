@@ -60,7 +60,9 @@ def describe(g, timings=None):
 
 def _layout(nodes, edges, node_h):
     """Layers by longest path from the input; inside a layer, nodes ordered
-    by the mean position of their parents (one barycentre sweep), centred."""
+    by the mean position of their parents (one barycentre sweep), centred.
+    An edge that skips layers takes a slot in each layer it crosses (its
+    `via` points), so it runs beside the nodes there, never behind one."""
     parents = {n["id"]: [] for n in nodes}
     for e in edges:
         parents[e["to"]].append(e["from"])
@@ -70,6 +72,17 @@ def _layout(nodes, edges, node_h):
     rows = {}
     for n in nodes:
         rows.setdefault(layer[n["id"]], []).append(n["id"])
+    for e in edges:
+        above, via = e["from"], []
+        for k in range(layer[e["from"]] + 1, layer[e["to"]]):
+            slot = f"{e['from']}>{e['to']}@{k}"
+            parents[slot] = [above]
+            rows[k].append(slot)
+            via.append(slot)
+            above = slot
+        if via:
+            parents[e["to"]] = [above if p == e["from"] else p for p in parents[e["to"]]]
+        e["via"] = via
     pos = {}
     for k in sorted(rows):  # parents sit in earlier layers, already placed
         rows[k].sort(key=lambda nid: sum(pos[p] for p in parents[nid]) / max(1, len(parents[nid])))
@@ -77,14 +90,17 @@ def _layout(nodes, edges, node_h):
             pos[nid] = i - (len(rows[k]) - 1) / 2
     widest = max(len(r) for r in rows.values())
     last = max(rows)
-    by_id = {n["id"]: n for n in nodes}
+    at = {}
     for k, row in rows.items():
         offset = (widest - len(row)) * (NODE_W + NODE_GAP) / 2
         # The input's and output's layers are short ones: they carry no numbers.
         top = MARGIN + sum((IO_H if j in (0, last) else node_h) + LAYER_GAP for j in range(k))
         for i, nid in enumerate(row):
-            by_id[nid]["x"] = MARGIN + offset + i * (NODE_W + NODE_GAP)
-            by_id[nid]["y"] = top
+            at[nid] = (MARGIN + offset + i * (NODE_W + NODE_GAP), top)
+    for n in nodes:
+        n["x"], n["y"] = at[n["id"]]
+    for e in edges:
+        e["via"] = [[at[v][0] + NODE_W / 2, at[v][1], at[v][1] + node_h] for v in e["via"]]
 
 
 def graph_svg(d):
@@ -96,10 +112,15 @@ def graph_svg(d):
         a, b = by_id[e["from"]], by_id[e["to"]]
         x1, y1 = a["x"] + NODE_W / 2, a["y"] + a["h"]
         x2, y2 = b["x"] + NODE_W / 2, b["y"] - 4
-        mid = (y1 + y2) / 2
+        path = [f"M{x1:.1f},{y1:.1f}"]
+        for vx, top, foot in e["via"] + [[x2, y2, y2]]:
+            mid = (y1 + top) / 2  # a curve down to the next layer, then straight through it
+            path.append(f"C{x1:.1f},{mid:.1f} {vx:.1f},{mid:.1f} {vx:.1f},{top:.1f}")
+            if foot > top:
+                path.append(f"L{vx:.1f},{foot:.1f}")
+            x1, y1 = vx, foot
         parts.append(f'<path class="edge" data-from="{escape(e["from"])}" data-to="{escape(e["to"])}" '
-                     f'd="M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}" '
-                     f'fill="none" stroke="{_svg.MUTED}" stroke-width="1.3"/>')
+                     f'd="{" ".join(path)}" fill="none" stroke="{_svg.MUTED}" stroke-width="1.3"/>')
         parts.append(f'<path class="arrow" d="M{x2 - 4:.1f},{y2 - 5:.1f} L{x2 + 4:.1f},{y2 - 5:.1f} '
                      f'L{x2:.1f},{y2 + 2:.1f} Z" fill="{_svg.MUTED}"/>')
     for n in d["nodes"]:
