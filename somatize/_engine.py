@@ -10,164 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import re
 from time import perf_counter_ns
 
-from ._codecs import SCALARS, codec_for, how_to_register
+from ._cache import _as_store, _check_store_arg, _check_weights, fingerprint
+from ._codecs import codec_for
+from ._edges import _PASS, _cross, _gather, _slots
 from ._errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
-from ._values import Data, Opaque
+from ._node import Node, _Chain, _expr, set_weights
+from ._values import Opaque
+
+__all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
 
 
 class NodeError(SomatizeError, RuntimeError):
     """A node's forward raised; the message names the node."""
-
-
-class Node:
-    """A step of a graph. Subclass it and define ``forward(self, x, ctx)``.
-
-    Subclasses need not call ``super().__init__()``: the engine's state lives
-    in class-level defaults and is written to the instance only when set.
-    """
-
-    _sz_name = None
-    _sz_auto = False  # the name was given by Graph.somatize, not by the user
-    _sz_frozen = False
-    _sz_cached = False
-    _sz_weights = None  # (digest, still) once somatize.torch.freeze ran
-
-    def named(self, name):
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise SomatizeValueError(
-                f"{name!r} cannot name a node: use letters, digits, '_', '-' or '.', "
-                "starting with a letter or '_' (for example .named('body'))"
-            )
-        self._sz_name = name
-        self._sz_auto = False
-        return self
-
-    def frozen(self):
-        """This node is settled: its output depends on its input alone."""
-        self._sz_frozen = True
-        return self
-
-    def cached(self):
-        """This node's output is worth keeping in the Store (needs .frozen())."""
-        self._sz_cached = True
-        return self
-
-    @property
-    def name(self):
-        return self._sz_name
-
-    @name.setter
-    def name(self, value):
-        self.named(value)
-
-    @property
-    def is_frozen(self):
-        return self._sz_frozen
-
-    @property
-    def is_cached(self):
-        return self._sz_cached
-
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
-    def __repr__(self):
-        badges = "".join(
-            f".{b}()" for b, on in (("frozen", self._sz_frozen), ("cached", self._sz_cached)) if on
-        )
-        name = f".named({self._sz_name!r})" if self._sz_name and not self._sz_auto else ""
-        return f"{type(self).__name__}(){name}{badges}"
-
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-
-
-def set_weights(node, digest, still):
-    """Record the digest of a node's weights (called by somatize.torch.freeze).
-
-    ``still()`` answers whether the weights are still the ones digested; a
-    cache is never served or written for a node whose weights moved.
-    """
-    node._sz_weights = (digest, still)
-
-
-# --- composing ---------------------------------------------------------------
-
-
-class _Chain:
-    __slots__ = ("parts",)
-
-    def __init__(self, parts):
-        flat = []
-        for p in parts:
-            flat.extend(p.parts if isinstance(p, _Chain) else (p,))
-        self.parts = tuple(flat)
-
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
-    def __repr__(self):
-        return " >> ".join(map(repr, self.parts))
-
-
-class _Fan:
-    """Branches that each get the same input; their outputs meet as a tuple
-    (from a list or tuple) or a dict (from a dict)."""
-
-    __slots__ = ("branches", "keys")
-
-    def __init__(self, branches, keys=None):
-        self.branches = branches
-        self.keys = keys
-
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
-    def __repr__(self):
-        if self.keys is None:
-            return "[" + ", ".join(map(repr, self.branches)) + "]"
-        return "{" + ", ".join(f"{k!r}: {b!r}" for k, b in zip(self.keys, self.branches)) + "}"
-
-
-def _expr(x):
-    if isinstance(x, (Node, _Chain, _Fan)):
-        return x
-    if isinstance(x, (list, tuple)):
-        if not x:
-            raise SomatizeValueError("an empty list cannot be a fan-out: give it at least one node")
-        return _Fan(tuple(_expr(b) for b in x))
-    if isinstance(x, dict):
-        if not x:
-            raise SomatizeValueError("an empty dict cannot be a fan-out: give it at least one node")
-        for k in x:
-            if not isinstance(k, str):
-                raise SomatizeTypeError(
-                    f"fan-out dict keys must be strings; got {k!r}: write {{'name': node, ...}}"
-                )
-        return _Fan(tuple(_expr(b) for b in x.values()), tuple(x))
-    if isinstance(x, type) and issubclass(x, Node):
-        raise SomatizeTypeError(
-            f"{x.__name__} is a Node class, not a node: write {x.__name__}() to make one"
-        )
-    raise SomatizeTypeError(
-        f"cannot compose {type(x).__name__} {x!r:.60} with >>: a graph is made of Node "
-        "instances, lists/tuples of them (fan-out, their outputs meet as a tuple) and "
-        "dicts of them (outputs meet as a dict). Wrap a function in a Node subclass "
-        "with forward(self, x, ctx)."
-    )
 
 
 # --- the graph -----------------------------------------------------------------
@@ -375,77 +232,6 @@ class Ctx:
         return f"Ctx({self.name!r})"
 
 
-# --- what crosses an edge -------------------------------------------------------
-
-_PASS = frozenset((Opaque, type(None), bool, int, float, str))
-
-
-def _cross(value, where):
-    """What an edge carries: Opaque as is; data checked (and cut, for Data)."""
-    t = value.__class__
-    if t in _PASS:
-        return value
-    if t is Data:
-        inner = value.value
-        codec = codec_for(inner)
-        if codec is not None and hasattr(codec, "as_data"):
-            inner = codec.as_data(inner)
-        _check_data(inner, where, wrapped=True)
-        return Opaque(inner)  # already checked: hand it on without looking again
-    _check_data(value, where, wrapped=False)
-    return value
-
-
-def _check_data(value, where, wrapped):
-    t = value.__class__
-    if t is Opaque:  # before _PASS: an edge passes an Opaque only on its own (see _cross)
-        raise SomatizeTypeError(
-            f"{where} holds an Opaque inside a structure; an Opaque crosses an edge on its own. "
-            "Return Opaque(whole_structure) to keep all of it in this process, or unwrap the inner value"
-        )
-    if t in _PASS or isinstance(value, SCALARS):
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise SomatizeTypeError(
-                    f"{where} is a dict with a non-string key {k!r}; data dicts have string keys: "
-                    "write {str(k): v for k, v in d.items()}, or return Opaque(d) to keep it in this process"
-                )
-            _check_data(v, where, wrapped)
-        return
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            _check_data(v, where, wrapped)
-        return
-    codec = codec_for(value)
-    if codec is None:
-        raise SomatizeTypeError(f"{where} cannot cross as data. " + how_to_register(value))
-    if getattr(codec, "explicit", False) and not wrapped:
-        kind = f"{t.__module__}.{t.__qualname__}"
-        raise SomatizeTypeError(
-            f"{where} is a bare {kind}; the engine does not guess how it should cross. Write "
-            f"Opaque(value) to keep it in this process (autograd intact), or Data(value) to "
-            f"send it as data through the {codec.name!r} codec (autograd is cut)."
-        )
-
-
-def _gather(ref, slots):
-    if ref.__class__ is int:
-        v = slots[ref]
-        return v.value if v.__class__ is Opaque else v
-    if ref[0] == "t":
-        return tuple(_gather(r, slots) for r in ref[1])
-    return {k: _gather(r, slots) for k, r in zip(ref[1], ref[2])}
-
-
-def _slots(ref):
-    if ref.__class__ is int:
-        return [ref]
-    refs = ref[1] if ref[0] == "t" else ref[2]
-    return [s for r in refs for s in _slots(r)]
-
-
 def _is_chain(g):
     return all(s.source == i for i, s in enumerate(g._steps)) and g._out == len(g._steps)
 
@@ -522,90 +308,6 @@ def _failed(step, e, emit, start, t0):
     )
 
 
-# --- fingerprints and the cache -------------------------------------------------------
-
-_code_digests = {}
-
-
-def _code_digest(klass):
-    """Digest of a class's own code: bytecode, constants and names of every
-    method along its MRO below Node. Source text is not needed (a class typed
-    into a notebook has none that inspect can always find)."""
-    try:
-        return _code_digests[klass]
-    except KeyError:
-        pass
-    h = hashlib.sha256()
-    for k in klass.__mro__:
-        if k is Node or k is object:
-            continue
-        h.update(f"{k.__module__}.{k.__qualname__}\0".encode())
-        for attr, v in sorted(k.__dict__.items()):
-            f = getattr(v, "__func__", v)
-            code = getattr(f, "__code__", None)
-            if code is not None:
-                h.update(attr.encode() + b"\0")
-                _hash_code(h, code)
-            elif isinstance(v, SCALARS):
-                h.update(f"{attr}={v!r}\0".encode())
-    d = h.hexdigest()
-    _code_digests[klass] = d
-    return d
-
-
-def _hash_code(h, code):
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for c in code.co_consts:
-        if hasattr(c, "co_code"):
-            _hash_code(h, c)
-        else:
-            h.update(repr(c).encode())
-
-
-def fingerprint(node):
-    h = hashlib.sha256(_code_digest(type(node)).encode())
-    for attr, v in sorted(vars(node).items()):
-        if attr.startswith("_sz_"):
-            continue
-        h.update(attr.encode() + b"\0")
-        h.update(_attribute_digest(v).encode())
-    if node._sz_weights is not None:
-        h.update(b"weights\0" + node._sz_weights[0].encode())
-    return "sha256:" + h.hexdigest()
-
-
-def _attribute_digest(v):
-    """Data attributes count by content; anything else (a torch module, a
-    function) by its type only: its weights enter through freeze(g)."""
-    try:
-        _check_data(v, "attribute", wrapped=False)
-    except SomatizeError:
-        return "type:" + type(v).__module__ + "." + type(v).__qualname__
-    from ._store import digest_of
-
-    return digest_of(v)
-
-
-def _check_weights(cached_steps):
-    for s in cached_steps:
-        node = s.node
-        if node._sz_weights is None:
-            params = getattr(node, "parameters", None)
-            if params is not None and len(list(params())) > 0:
-                raise SomatizeValueError(
-                    f"node {s.name!r} is frozen and cached and holds weights, but their digest "
-                    "is not in its fingerprint, so two checkpoints would share one cache. "
-                    "Call somatize.torch.freeze(g) after building the graph."
-                )
-        elif not node._sz_weights[1]():
-            raise SomatizeValueError(
-                f"the weights of frozen node {s.name!r} changed after freeze(g); its cached "
-                "outputs would be stale. Call freeze(g) again to take the new weights' digest "
-                "(or stop changing a frozen node)."
-            )
-
-
 def _run_cached(step, arg, store, emit, start):
     node = step.node
     try:
@@ -643,30 +345,3 @@ def _run_cached(step, arg, store, emit, start):
     if emit is not None:
         emit({"fact": "kept", "node": step.name, "took_us": (perf_counter_ns() - t1) // 1000})
     return crossed
-
-
-_stores = {}
-
-
-def _check_store_arg(store):
-    from ._store import Store
-
-    if not isinstance(store, (Store, str, os.PathLike)):
-        _as_store(store)  # raises, naming what store= takes
-    return None
-
-
-def _as_store(store):
-    from ._store import Store
-
-    if isinstance(store, Store):
-        return store
-    if isinstance(store, (str, os.PathLike)):
-        key = os.path.abspath(os.fspath(store))
-        found = _stores.get(key)
-        if found is None:
-            found = _stores[key] = Store(key)
-        return found
-    from ._store import as_store
-
-    return as_store(store)  # not a Store nor a path: raises, naming what store= takes

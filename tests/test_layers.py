@@ -56,7 +56,7 @@ def test_importing_the_core_loads_neither_torch_nor_jupyter():
 RANK = {
     "_errors": 0, "_values": 0, "_codecs": 0, "_files": 0, "_names": 0,
     "_objects": 1, "_store": 1, "_store_check": 1,
-    "_engine": 2,
+    "_engine": 2, "_node": 2, "_edges": 2, "_cache": 2,
     "_record": 3, "record": 3,
     "torch": 4, "diagnose": 4,
     "_widgets": 5, "_server": 5, "cli": 5, "demo": 5, "__init__": 5,
