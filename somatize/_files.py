@@ -13,6 +13,7 @@ import hashlib
 import mmap
 import os
 import secrets
+import threading
 
 import numpy as np
 
@@ -40,6 +41,72 @@ def new_temp(folder, mode=0o644):
     """``(path, fd)`` of a fresh, exclusive temp file in ``folder``."""
     path = folder / f"{os.getpid()}-{secrets.token_hex(8)}"
     return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+
+
+DIRECT_AT = 8 << 20  # bytes; objects this large bypass the page cache
+_STAGE = 4 << 20  # measured: 4 MiB beat 8 and 16 (fewer cache misses per copy)
+_BLOCK = 4096
+_stage = threading.local()
+
+
+def write_temp_direct(folder, parts, mode=0o644):
+    """Like ``write_temp`` for a large object, but around the page cache.
+
+    On these VMs, handing the kernel 64 MiB of *new* page-cache pages costs
+    ~150 ms of CPU (overwriting cached pages costs 7 ms): a plain write of a
+    big new file runs at ~0.4 GB/s. With O_DIRECT the bytes go from a small,
+    reused (so already mapped) staging buffer straight to the disk at
+    ~1.6 GB/s. ``parts`` may be a generator: the last part (an object's
+    checksum) can be computed while the first ones are written. Returns None
+    where the file system refuses O_DIRECT (tmpfs); the caller falls back.
+    """
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT
+    path = folder / f"{os.getpid()}-{secrets.token_hex(8)}"
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError:
+        return None
+    try:
+        _write_direct(fd, parts)
+        os.fsync(fd)  # the size set by ftruncate, and the file's own metadata
+    except BaseException:
+        os.close(fd)
+        unlink(path)
+        raise
+    os.close(fd)
+    return path
+
+
+def _write_direct(fd, parts):
+    stage = getattr(_stage, "buffer", None)
+    if stage is None:  # one per thread: the Store writes leaves from a pool
+        stage = _stage.buffer = memoryview(mmap.mmap(-1, _STAGE))
+    filled = offset = 0
+    for part in parts:
+        view = memoryview(part)
+        if view.ndim != 1 or view.format != "B":
+            view = view.cast("B")
+        at = 0
+        while at < view.nbytes:
+            n = min(view.nbytes - at, _STAGE - filled)
+            stage[filled : filled + n] = view[at : at + n]
+            filled, at = filled + n, at + n
+            if filled == _STAGE:
+                _pwrite_all(fd, stage, offset)
+                offset, filled = offset + filled, 0
+    if filled:  # O_DIRECT writes whole blocks: pad, then cut the file back
+        padded = -(-filled // _BLOCK) * _BLOCK
+        stage[filled:padded] = bytes(padded - filled)
+        _pwrite_all(fd, stage[:padded], offset)
+        os.ftruncate(fd, offset + filled)
+
+
+def _pwrite_all(fd, view, offset):
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def write_temp(folder, parts, mode=0o644):

@@ -63,6 +63,7 @@ _TOO_DEEP = (
     "or keep its deep parts under names of their own"
 )
 _ZEROS = bytes(ALIGN)
+_CHUNK = 1 << 20  # fits in L2: the second hash reads it from cache
 _INT64 = (-(2**63), 2**63)
 
 
@@ -114,21 +115,32 @@ class Encoded:
             parts.append(v)
             if _padding(v.nbytes):
                 parts.append(_ZEROS[: _padding(v.nbytes)])
-        check = xxhash.xxh3_128()
-        for p in parts:
-            check.update(p)
-        parts.append(check.digest())
         self.codec = codec
-        self.parts = parts
-        self.size = sum(memoryview(p).nbytes for p in parts)
+        self.parts = parts  # the trailer is appended by seal()
+        self.size = sum(memoryview(p).nbytes for p in parts) + TRAILER
         self._digest = None
 
-    def hash(self):
-        h = hashlib.sha256()
+    def seal(self):
+        """Checksum and digest in one sweep over the bytes: each chunk is
+        handed to xxh3 and sha256 while it is in the CPU's cache, so a big
+        buffer is read from memory once (the trailer's checksum is part of
+        what the digest covers, so both must be known before the digest)."""
+        if self._digest is not None:
+            return self._digest
+        check, h = xxhash.xxh3_128(), hashlib.sha256()
         for p in self.parts:
-            h.update(p)
+            view = memoryview(p)
+            for at in range(0, view.nbytes, _CHUNK):
+                chunk = view[at : at + _CHUNK]
+                check.update(chunk)
+                h.update(chunk)
+        trailer = check.digest()
+        h.update(trailer)
+        self.parts.append(trailer)
         self._digest = "sha256:" + h.hexdigest()
         return self._digest
+
+    hash = seal
 
     @property
     def digest(self):

@@ -393,17 +393,44 @@ class Store:
         # Large: hash in a thread (hashlib lets go of the GIL) while the bytes
         # go to a temp file and to disk; the name is only known once both are
         # done. A copy that turns out to exist already cost a write, not a read.
-        hasher = threading.Thread(target=obj.hash)
+        body = list(obj.parts)  # seal() appends the trailer once it is known
+        hasher = threading.Thread(target=obj.seal)
         hasher.start()
-        try:
-            tmp = _files.write_temp(self._tmp, obj.parts, 0o444)
-        finally:
-            hasher.join()
+        tmp = None
+        if obj.size >= _files.DIRECT_AT:
+            def parts():
+                yield from body
+                hasher.join()
+                yield from obj.parts[len(body):]
+
+            try:
+                tmp = _files.write_temp_direct(self._tmp, parts(), 0o444)
+            finally:
+                hasher.join()
+        if tmp is None:
+            tmp = self._write_temp_beside(obj, body, hasher)
         path = self._object_path(obj.digest)
         if _files.has_size(path, obj.size):  # another writer placed it meanwhile, or it was there
             _files.unlink(tmp)
             return set()
         return self._rename(tmp, path, sync_dir)
+
+    def _write_temp_beside(self, obj, body, hasher):
+        """The temp file of a large object written while ``hasher`` seals it."""
+        tmp, fd = _files.new_temp(self._tmp, 0o444)
+        try:
+            try:
+                _files.write_all(fd, body)
+            finally:
+                hasher.join()
+            _files.write_all(fd, obj.parts[len(body):])
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _files.unlink(tmp)
+            raise
+        os.close(fd)
+        return tmp
 
     def _rename(self, tmp, path, sync_dir):
         try:

@@ -84,7 +84,9 @@ def plant(store, name, data):
 
 
 def well_formed(codec, meta, payload):
-    return b"".join(bytes(p) for p in Encoded(codec, meta, [payload]).parts)
+    obj = Encoded(codec, meta, [payload])
+    obj.seal()  # appends the checksum trailer
+    return b"".join(bytes(p) for p in obj.parts)
 
 
 def test_nothing_recalled_from_a_store_runs_code(tmp_path):
