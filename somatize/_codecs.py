@@ -97,6 +97,22 @@ class _Bytes:
         return bytes(buffers[0])
 
 
+def _plain_dtype(text):
+    """The dtype an object names, if it is made of plain bytes: an object
+    dtype would need pickle to read, and nothing read from a store runs code."""
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.hasobject:
+        raise SomatizeValueError(
+            f"an array in the store names the dtype {text!r}, which is not made of plain "
+            "bytes; somatize never writes such arrays and will not read one (it would take "
+            "pickle). The object was not written by somatize, or is damaged: run `somatize check`."
+        )
+    return dtype
+
+
 class _NumpyArray:
     name = "numpy"
     types = (np.ndarray,)
@@ -113,7 +129,7 @@ class _NumpyArray:
         return {"dtype": a.dtype.str, "shape": list(value.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
 
     def decode(self, meta, buffers):
-        dtype = np.dtype(meta["dtype"])
+        dtype = _plain_dtype(meta["dtype"])
         a = np.frombuffer(buffers[0], dtype=dtype) if len(buffers[0]) else np.empty(0, dtype)
         return a.reshape(meta["shape"])
 
@@ -130,7 +146,7 @@ class _NumpyScalar:
         return {"dtype": a.dtype.str}, [a.tobytes()]
 
     def decode(self, meta, buffers):
-        return np.frombuffer(buffers[0], dtype=np.dtype(meta["dtype"]))[0]
+        return np.frombuffer(buffers[0], dtype=_plain_dtype(meta["dtype"]))[0]
 
 
 register_codec(_Bytes())

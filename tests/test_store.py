@@ -643,3 +643,14 @@ def test_without_o_direct_a_large_keep_takes_the_buffered_path(tmp_path, monkeyp
     assert store.keep("big", a) == with_direct  # the same bytes either way
     assert np.array_equal(store.recall("big"), a)
     assert store.check() == []
+
+
+def test_an_object_naming_an_object_dtype_is_refused_not_unpickled(tmp_path):
+    store = Store(tmp_path)
+    obj = Encoded("numpy", {"dtype": "|O", "shape": [1]}, [b"\0" * 8])
+    digest = obj.seal()
+    path = store._object_path(digest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(bytes(p) for p in obj.parts))
+    with pytest.raises(SomatizeValueError, match=r"dtype '\|O'.*never.*pickle"):
+        store.recall(digest)
