@@ -83,15 +83,19 @@ def _write_direct(fd, parts):
     stage = getattr(_stage, "buffer", None)
     if stage is None:  # one per thread: the Store writes leaves from a pool
         stage = _stage.buffer = memoryview(mmap.mmap(-1, _STAGE))
+    # numpy copies without holding the GIL (a memoryview slice assignment
+    # holds it), so the thread hashing the same object is never kept waiting
+    into = np.frombuffer(stage, np.uint8)
     filled = offset = 0
     for part in parts:
         view = memoryview(part)
         if view.ndim != 1 or view.format != "B":
             view = view.cast("B")
+        source = np.frombuffer(view, np.uint8) if view.nbytes else None
         at = 0
         while at < view.nbytes:
             n = min(view.nbytes - at, _STAGE - filled)
-            stage[filled : filled + n] = view[at : at + n]
+            into[filled : filled + n] = source[at : at + n]
             filled, at = filled + n, at + n
             if filled == _STAGE:
                 _pwrite_all(fd, stage, offset)
