@@ -208,16 +208,18 @@ class Recorder:
         points = batch.points
         numbers = _NUMBERS
         took_by: dict = {}  # node -> kind -> [took_us]: summed in C below
+        node_kinds = _NODE_KINDS
         for forward, facts in groups:
             batch.count += len(facts)
             for fact in facts:
                 kind = fact.get("fact")
-                if kind in _NODE_KINDS:
+                if kind in node_kinds:
                     node = fact.get("node")
-                    per = took_by.get(node)
-                    if per is None:
-                        per = took_by[node] = {"ran": [], "recalled": [], "kept": []}
-                    per[kind].append(fact.get("took_us"))
+                    try:
+                        took_by[node][kind].append(fact.get("took_us"))
+                    except KeyError:
+                        took_by[node] = {"ran": [], "recalled": [], "kept": []}
+                        took_by[node][kind].append(fact.get("took_us"))
                     continue
                 if kind == "finished":
                     name, value = TOOK, fact.get("took_us")
@@ -227,10 +229,13 @@ class Recorder:
                         continue
                     node = fact.get("node")
                     name = kind if node is None else f"{kind}/{node}"
-                if type(value) is bool or not isinstance(value, numbers):
+                if value.__class__ is not float and value.__class__ is not int and (
+                    type(value) is bool or not isinstance(value, numbers)
+                ):
                     continue
-                pair = points.get(name)
-                if pair is None:
+                try:
+                    pair = points[name]
+                except KeyError:
                     pair = points[name] = ([], [])
                 pair[0].append(forward)
                 pair[1].append(value)
