@@ -160,6 +160,7 @@ class Graph:
             _check_weights(self._cached)
 
         if watchers:
+            self._watched = watchers  # the graph panel finds a Recorder's run here
             for w in watchers:
                 began = getattr(w, "forward_began", None)
                 if began is not None:

@@ -2,6 +2,7 @@
 its tagged cells print is what the library promises."""
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from nbclient import NotebookClient
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
 
 
+@functools.lru_cache(maxsize=1)  # one run of the notebook serves every test here
 def executed():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
@@ -91,3 +93,13 @@ def test_notebook_03_runs_and_shows_what_it_says():
     assert "same predictions: True" in text(out["load"])
     assert float(text(out["fedavg"]).rsplit(" ", 1)[1]) < 0.05
     assert re.match(r"step \d+: the loss is nan", text(out["nan"]))
+
+
+def test_the_graph_shown_after_training_carries_the_runs_times():
+    _, out = executed()
+    (before,) = displayed(out["graph"])
+    (after,) = displayed(out["graph-timed"])
+    assert "timing" not in before["text/html"]  # nothing had run yet
+    html = after["text/html"]
+    assert "times from run 'a-run'" in html.replace("&#x27;", "'")
+    assert len(re.findall(r'class="timing">[^<]* a forward', html)) == 2  # on body and on head

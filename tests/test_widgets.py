@@ -448,6 +448,19 @@ def test_a_graph_displayed_alone_shows_structure_and_no_times():
     assert g.fingerprints()["body"][:23] + "…" in cells  # the table readers without widgets get
 
 
+def test_a_graph_last_run_under_a_recorder_shows_that_runs_times(tmp_path):
+    g, store = twenty(tmp_path)  # run under a Recorder of run "r"
+    root = parse(g._repr_mimebundle_()["text/html"])
+    timed = {e.get("data-node"): "".join(e.find(f"{SVG}text[@class='timing']").itertext())
+             for e in root.iter(f"{SVG}g") if e.get("data-node") not in (None, "input", "output")}
+    rows = {r["label"]: r for r in spent(store, run="r").rows}
+    assert len(timed) == 20
+    assert all(text.startswith(_svg.duration_us(rows[name]["mean_us"])) for name, text in timed.items())
+    assert "times from run 'r'" in "".join(root.itertext())
+    g.forward(0, watching=[lambda fact: None])  # watched again, by no Recorder: no times
+    assert parse(g._repr_mimebundle_()["text/html"]).find(f".//{SVG}text[@class='timing']") is None
+
+
 def test_a_title_is_escaped_in_the_static_picture():
     title = "<script>alert(1)</script> & co"
     root = parse(Live(title=title).to_html())

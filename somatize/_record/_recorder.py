@@ -76,6 +76,7 @@ class Recorder:
         for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
             sync_dir(changed)
         self.run = run
+        self.root = root  # the store's folder
         self.folder = folder
         self._real = os.path.realpath(folder)
         self._pid = os.getpid()
