@@ -10,6 +10,16 @@ import os
 import re
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run is one folder under runs/
+
+
+def run_names(root):
+    """The runs recorded in the store at ``root``, sorted."""
+    try:
+        return sorted(n for n in os.listdir(os.path.join(root, "runs"))
+                      if RUN_NAME.fullmatch(n) and n not in (".", ".."))
+    except FileNotFoundError:
+        return []
 
 
 def name_problem(name):

@@ -48,7 +48,7 @@ import orjson
 from . import _files
 from ._codecs import codec_named
 from ._errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from ._names import DIGEST, name_of, name_problem
+from ._names import DIGEST, name_of, name_problem, run_names
 from ._objects import TREE, Damaged, build, parse, split
 from ._store_check import check as _check
 
@@ -234,6 +234,11 @@ class Store:
                 if name.startswith(prefix):
                     found.append(name)
         return sorted(found)
+
+    def runs(self):
+        """The names of the runs recorded here, sorted; their summaries and
+        states are in ``somatize.record.runs(store)``."""
+        return run_names(self.path)
 
     def link(self, name, digest):
         """Point ``name`` at an object already in the store."""

@@ -654,3 +654,16 @@ def test_an_object_naming_an_object_dtype_is_refused_not_unpickled(tmp_path):
     path.write_bytes(b"".join(bytes(p) for p in obj.parts))
     with pytest.raises(SomatizeValueError, match=r"dtype '\|O'.*never.*pickle"):
         store.recall(digest)
+
+
+def test_a_store_lists_its_runs(tmp_path):
+    from somatize import Recorder
+
+    store = Store(tmp_path)
+    assert store.runs() == []
+    for run in ("b-run", "a-run"):
+        with Recorder(store, run=run) as r:
+            r({"fact": "x", "value": 1.0})
+    store.keep("a-run/weights", {"w": 1})  # a name that looks like a run is not a run
+    assert store.runs() == ["a-run", "b-run"]
+    assert Store(tmp_path, readonly=True).runs() == ["a-run", "b-run"]

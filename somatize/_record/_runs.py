@@ -14,15 +14,14 @@ import difflib
 import errno
 import fcntl
 import os
-import re
 import threading
 from pathlib import Path
 
 import orjson
 
 from .._errors import SomatizeKeyError, SomatizeValueError
+from .._names import RUN_NAME, run_names
 
-RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
 SUMMARY = "summary.json"
 LOCK = "lock"
 LOG = "facts.log"
@@ -67,13 +66,6 @@ def checked_name(run) -> str:
 
 def run_folder(root: Path, run: str) -> Path:
     return root / "runs" / checked_name(run)
-
-
-def run_names(root: Path) -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(root / "runs") if RUN_NAME.fullmatch(n))
-    except FileNotFoundError:
-        return []
 
 
 def existing_folder(root: Path, run) -> Path:
