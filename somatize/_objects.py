@@ -214,7 +214,7 @@ def split(value):
         return Split([], top=Encoded(codec.name, meta, buffers))
     leaves = {}
     tree = _node(value, (), leaves, set())
-    return Split(list(leaves.values()), tree=tree)
+    return Split([leaf for _, leaf in leaves.values()], tree=tree)
 
 
 def _node(v, path, leaves, open_):
@@ -297,8 +297,10 @@ def _leaf(codec, v, leaves):
     if sum(b.nbytes for b in views) <= INLINE_MAX:
         return ["b", codec.name, meta, [base64.b64encode(b).decode() for b in views]]
     leaf = Encoded(codec.name, meta, views)
-    # the same object twice in one value is one leaf; equal content, one file
-    return ["r", leaves.setdefault(id(v), leaf)]
+    # The same object twice in one value is one leaf (equal content, one
+    # file). The object is held beside its leaf: ``v`` may be a temporary
+    # (what Data(t) unwraps to), and a freed object's id is soon reused.
+    return ["r", leaves.setdefault(id(v), (v, leaf))[1]]
 
 
 def build(tree, fetch):

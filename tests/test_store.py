@@ -667,3 +667,36 @@ def test_a_store_lists_its_runs(tmp_path):
     store.keep("a-run/weights", {"w": 1})  # a name that looks like a run is not a run
     assert store.runs() == ["a-run", "b-run"]
     assert Store(tmp_path, readonly=True).runs() == ["a-run", "b-run"]
+
+
+def test_many_data_wrapped_leaves_each_keep_their_own_bytes(tmp_path):
+    # Data(t) unwraps to a temporary per leaf; a temporary's id is reused once
+    # it is freed, so leaves must never be told apart by id alone
+    class Temp:
+        def __init__(self, v):
+            self.v = v
+
+    class TempCodec:
+        name = "test-temp"
+        types = (Temp,)
+        explicit = True
+
+        def encode(self, value):
+            return {}, [value.v]
+
+        def decode(self, meta, buffers):
+            return Temp(np.frombuffer(buffers[0], np.float64).copy())
+
+        def as_data(self, value):
+            return Temp(value.v.copy())  # a new object every time, as tensor.detach()
+
+    from somatize import Data
+
+    register_codec(TempCodec())
+    big = INLINE_MAX // 8 + 1
+    value = {f"k{i}": Data(Temp(np.full(big, float(i)))) for i in range(6)}
+    store = Store(tmp_path)
+    back = store.recall(store.keep("many", value))
+    assert [float(back[f"k{i}"].v[0]) for i in range(6)] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    as_list = store.recall(store.keep("list", [Data(Temp(np.full(big, float(i)))) for i in range(6)]))
+    assert [float(t.v[0]) for t in as_list] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
