@@ -1,82 +1,181 @@
 """Fingerprints, and the checks that keep a cache honest.
 
 The rule kept here: a cache key is made of content only — the digest of the
-input as data and the node's fingerprint (its code, its data attributes and,
-once somatize.torch.freeze ran, its weights' digest) — and a node whose
-weights moved since their digest is never served from the cache.
+input as data and the node's fingerprint (its code and the code it reaches,
+its attributes and, once somatize.torch.freeze ran, its weights' digest) —
+and a node whose weights moved since their digest, or whose state the
+fingerprint can only see by type, is never served from the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import types
 
 from ._codecs import SCALARS
 from ._edges import _check_data
 from ._errors import SomatizeError, SomatizeValueError
 from ._node import Node
 
-_code_digests = {}
+# A code object's own digest never changes: memoised, the code kept alive.
+_own: dict = {}
 
 
-def _code_digest(klass):
-    """Digest of a class's own code: bytecode, constants and names of every
-    method along its MRO below Node. Source text is not needed (a class typed
-    into a notebook has none that inspect can always find)."""
-    try:
-        return _code_digests[klass]
-    except KeyError:
-        pass
-    h = hashlib.sha256()
+def _code_own(code):
+    """(digest of a code object's bytecode, constants and names, every global
+    name it and its nested code objects read)."""
+    found = _own.get(id(code))
+    if found is not None and found[0] is code:
+        return found[1], found[2]
+    h = hashlib.sha256(code.co_code)
+    h.update(repr(code.co_names).encode())
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_code"):
+            d, inner = _code_own(c)
+            h.update(d.encode())
+            names |= inner
+        else:
+            h.update(repr(c).encode())
+    d = h.hexdigest()
+    _own[id(code)] = (code, d, frozenset(names))
+    return d, frozenset(names)
+
+
+def _hash_function(h, f, seen):
+    """A function's code, then what it reaches: the globals it names and its
+    closure, so a helper redefined in a notebook changes the fingerprint of
+    every node that calls it."""
+    code = f.__code__
+    d, names = _code_own(code)
+    h.update(d.encode())
+    g = getattr(f, "__globals__", {})
+    for name in sorted(names):
+        if name in g:
+            h.update(f"global {name}\0".encode())
+            _hash_reached(h, g[name], seen)
+    for i, cell in enumerate(f.__closure__ or ()):
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        h.update(f"cell {i}\0".encode())
+        _hash_reached(h, v, seen)
+
+
+def _hash_class(h, klass, seen):
+    """A class's own code along its MRO below Node: every method, property
+    and plain class attribute."""
     for k in klass.__mro__:
         if k is Node or k is object:
             continue
         h.update(f"{k.__module__}.{k.__qualname__}\0".encode())
         for attr, v in sorted(k.__dict__.items()):
-            f = getattr(v, "__func__", v)
-            code = getattr(f, "__code__", None)
-            if code is not None:
-                h.update(attr.encode() + b"\0")
-                _hash_code(h, code)
-            elif isinstance(v, SCALARS):
-                h.update(f"{attr}={v!r}\0".encode())
-    d = h.hexdigest()
-    _code_digests[klass] = d
-    return d
+            if attr.startswith("__") and attr not in ("__call__", "__init__"):
+                continue
+            h.update(attr.encode() + b"\0")
+            _hash_reached(h, v, seen)
 
 
-def _hash_code(h, code):
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for c in code.co_consts:
-        if hasattr(c, "co_code"):
-            _hash_code(h, c)
-        else:
-            h.update(repr(c).encode())
+def _hash_reached(h, v, seen):
+    """What code reaches (a global, a closure cell, a class attribute): code
+    by its code, plain values by their repr, anything else by its name."""
+    if isinstance(v, (staticmethod, classmethod)):
+        v = v.__func__
+    if isinstance(v, property):
+        for f in (v.fget, v.fset):
+            if f is not None:
+                _hash_reached(h, f, seen)
+        return
+    if isinstance(v, SCALARS):
+        h.update(repr(v).encode())
+        return
+    if id(v) in seen:
+        h.update(b"seen\0")
+        return
+    if isinstance(v, types.FunctionType):
+        seen[id(v)] = v
+        _hash_function(h, v, seen)
+    elif isinstance(v, types.MethodType):
+        seen[id(v)] = v
+        _hash_function(h, v.__func__, seen)
+    elif isinstance(v, type) and v.__module__ not in _LIBRARIES:
+        seen[id(v)] = v
+        _hash_class(h, v, seen)
+    else:  # a module, a builtin, a ufunc, a library class, an object
+        h.update(_name_of(v).encode())
+
+
+_LIBRARIES = ("builtins",)
+
+
+def _name_of(v):
+    if isinstance(v, types.ModuleType):
+        return "module " + v.__name__
+    name = getattr(v, "__qualname__", None) or getattr(v, "__name__", None)
+    if isinstance(name, str) and callable(v):  # np.sqrt vs np.log, len vs max
+        return f"callable {getattr(v, '__module__', None)}.{name}"
+    return "type " + type(v).__module__ + "." + type(v).__qualname__
 
 
 def fingerprint(node):
-    h = hashlib.sha256(_code_digest(type(node)).encode())
+    """sha256 over the node's code (and the code it reaches), its attributes
+    (data by content, functions by their code, other objects by their type)
+    and, once somatize.torch.freeze ran, its weights' digest.
+
+    A data attribute is digested once per object: replacing it (``node.k =
+    3``) changes the fingerprint; changing an array inside it in place does
+    not, since a frozen node is settled."""
+    h = hashlib.sha256()
+    seen: dict = {}
+    _hash_class(h, type(node), seen)
+    memo = node.__dict__.get("_sz_attr_digests") or {}
+    fresh = {}
     for attr, v in sorted(vars(node).items()):
         if attr.startswith("_sz_"):
             continue
-        h.update(attr.encode() + b"\0")
-        h.update(_attribute_digest(v).encode())
+        h.update(b"attribute " + attr.encode() + b"\0")
+        known = memo.get(attr)
+        if known is not None and known[0] is v:
+            d = known[1]
+        else:
+            d = _attribute_digest(v, seen)
+        fresh[attr] = (v, d)
+        h.update(d.encode())
+    node._sz_attr_digests = fresh
     if node._sz_weights is not None:
         h.update(b"weights\0" + node._sz_weights[0].encode())
     return "sha256:" + h.hexdigest()
 
 
-def _attribute_digest(v):
-    """Data attributes count by content; anything else (a torch module, a
-    function) by its type only: its weights enter through freeze(g)."""
+def _attribute_digest(v, seen):
+    """Data attributes count by content (tensors too, through their codec);
+    functions by their code; anything else by its type alone, and is named by
+    ``opaque_attributes`` so a cache over it is refused until freeze(g)."""
     try:
-        _check_data(v, "attribute", wrapped=False)
+        _check_data(v, "attribute", wrapped=True)
     except SomatizeError:
-        return "type:" + type(v).__module__ + "." + type(v).__qualname__
+        h = hashlib.sha256()
+        _hash_reached(h, v, seen)
+        return h.hexdigest()
     from ._store import digest_of
 
     return digest_of(v)
+
+
+def opaque_attributes(node):
+    """Attributes the fingerprint sees by type only: not data, not code."""
+    out = []
+    for attr, v in vars(node).items():
+        if attr.startswith("_sz_") or isinstance(v, (types.FunctionType, types.MethodType, type)):
+            continue
+        try:
+            _check_data(v, "attribute", wrapped=True)
+        except SomatizeError:
+            if not (callable(v) and _name_of(v).startswith("callable ")):
+                out.append(f"{attr} ({type(v).__module__}.{type(v).__qualname__})")
+    return out
 
 
 def _check_weights(cached_steps):
@@ -89,6 +188,14 @@ def _check_weights(cached_steps):
                     f"node {s.name!r} is frozen and cached and holds weights, but their digest "
                     "is not in its fingerprint, so two checkpoints would share one cache. "
                     "Call somatize.torch.freeze(g) after building the graph."
+                )
+            opaque = opaque_attributes(node)
+            if opaque:
+                raise SomatizeValueError(
+                    f"node {s.name!r} is frozen and cached, but its fingerprint sees "
+                    f"{', '.join(opaque)} by type only, so two different ones would share one "
+                    "cache. Call somatize.torch.freeze(g) (it digests torch modules and tensors), "
+                    "or keep such state as data (numbers, arrays, or a type with a registered codec)."
                 )
         elif not node._sz_weights[1]():
             raise SomatizeValueError(

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from somatize import Graph, Node, Opaque, Store
+from somatize import Graph, Node, Opaque, Store, register_codec
 from somatize._engine import set_weights
 
 
@@ -149,3 +149,100 @@ def test_a_cached_node_whose_input_is_not_data_is_refused(tmp_path):
 def test_a_wrong_store_argument_is_refused_even_when_nothing_caches():
     with pytest.raises(TypeError, match="store= takes a Store or a path"):
         Graph.somatize(Scale(1.0)).forward(np.ones(2), store=42)
+
+
+# --- what the fingerprint reaches -----------------------------------------------------
+
+
+def test_a_helper_the_node_calls_is_part_of_its_fingerprint():
+    # as in a notebook: the helper is a global of the cell's module, redefined later
+    space = {"Node": Node, "__name__": "notebook_cell"}
+    exec("def helper(x):\n    return x + 1\n", space)
+    exec("class Uses(Node):\n    def forward(self, x, ctx):\n        return helper(x)\n", space)
+    g = Graph.somatize(space["Uses"]().named("u").frozen())
+    before = g.fingerprints()["u"]
+    assert g.fingerprints()["u"] == before
+    exec("def helper(x):\n    return x + 100\n", space)
+    assert g.fingerprints()["u"] != before
+
+
+class Apply(Node):
+    def __init__(self, f):
+        self.f = f
+
+    def forward(self, x, ctx):
+        return self.f(x)
+
+
+def test_a_function_held_as_an_attribute_counts_by_what_it_is(tmp_path):
+    def fp(f):
+        return Graph.somatize(Apply(f).named("a").frozen()).fingerprints()["a"]
+
+    assert len({fp(np.sqrt), fp(np.log), fp(lambda x: x * 100), fp(lambda x: x * 2)}) == 4
+    assert fp(np.sqrt) == fp(np.sqrt)
+    x = np.array([4.0])
+    first = Graph.somatize(Apply(np.sqrt).named("a").frozen().cached()).forward(x, store=tmp_path)
+    second = Graph.somatize(Apply(np.log).named("a").frozen().cached()).forward(x, store=tmp_path)
+    assert (first[0], second[0]) == (2.0, np.log(4.0))
+
+
+class Table:
+    """Not data: no codec knows it."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+
+class Lookup(Node):
+    def __init__(self, rows):
+        self.table = Table(rows)
+
+    def forward(self, x, ctx):
+        return self.table.rows[x]
+
+
+def test_a_cached_node_holding_state_seen_by_type_only_needs_freeze_first(tmp_path):
+    node = Lookup([10, 20]).named("look").frozen().cached()
+    g = Graph.somatize(node)
+    with pytest.raises(ValueError, match=r"'look'.*table \(.*Table\) by type only.*freeze\(g\)"):
+        g.forward(1, store=tmp_path)
+    set_weights(node, "sha256:" + "3" * 64, lambda: True)  # what freeze(g) does: the promise
+    assert g.forward(1, store=tmp_path) == 20
+
+
+def test_a_big_data_attribute_is_digested_once_not_every_forward():
+    encoded = []
+
+    class Counted:
+        def __init__(self, n):
+            self.n = n
+
+    class CountedCodec:
+        name = "test-counted"
+        types = (Counted,)
+        explicit = False
+
+        def encode(self, value):
+            encoded.append(value.n)
+            return {"n": value.n}, []
+
+        def decode(self, meta, buffers):
+            return Counted(meta["n"])
+
+    register_codec(CountedCodec())
+
+    class Holds(Node):
+        def __init__(self):
+            self.big = Counted(1)
+
+        def forward(self, x, ctx):
+            return x
+
+    node = Holds().named("h").frozen()
+    g = Graph.somatize(node)
+    first = g.fingerprints()["h"]
+    for _ in range(3):
+        assert g.fingerprints()["h"] == first
+    assert encoded == [1]
+    node.big = Counted(2)  # a new object: digested again
+    assert g.fingerprints()["h"] != first and encoded == [1, 2]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Graph, Node, Opaque, SomatizeError, Store
+from somatize import Data, Graph, Node, Opaque, SomatizeError, Store
 from somatize.torch import Trainer, export, fedavg, freeze, load, parameters
 from torch_models import Body, Head, batches, built
 
@@ -255,3 +255,26 @@ def test_checkpoints_that_share_a_frozen_body_store_it_once(tmp_path):
     back = store.recall("run/checkpoint-9")
     assert torch.equal(back["head"]["out.weight"], g.node("head").out.weight.detach())
     assert not torch.equal(store.recall("run/checkpoint-0")["head"]["out.weight"], back["head"]["out.weight"])
+
+
+class Embed(Node):
+    """Weights held in a torch module, and no parameters() method."""
+
+    def __init__(self, seed):
+        torch.manual_seed(seed)
+        self.table = torch.nn.Embedding(4, 2)
+
+    def forward(self, x, ctx):
+        return Data(self.table(x))
+
+
+def test_a_node_holding_a_module_without_parameters_is_keyed_by_its_weights(tmp_path):
+    ids = Opaque(torch.tensor([1]))
+    one = Graph.somatize(Embed(0).named("emb").frozen().cached())
+    with pytest.raises(ValueError, match=r"'emb'.*by type only.*freeze\(g\)"):
+        one.forward(ids, store=tmp_path)
+    other = Graph.somatize(Embed(1).named("emb").frozen().cached())
+    freeze(one), freeze(other)
+    a, b = one.forward(ids, store=tmp_path), other.forward(ids, store=tmp_path)
+    assert not torch.equal(a, b)
+    assert torch.equal(b, other.node("emb").table(torch.tensor([1])).detach())

@@ -113,10 +113,8 @@ def freeze(g):
     for node in g.nodes:
         if not node.is_frozen:
             continue
-        named = state(node)
-        if not named:
-            continue
-        for p in _node_params(node):
+        named = state(node)  # may be empty: freezing is also the promise that
+        for p in _node_params(node):  # the node's other state is settled
             p.requires_grad_(False)
         _engine.set_weights(node, digest_tensors(named), _still(node, named))
     return g
