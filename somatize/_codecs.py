@@ -130,8 +130,17 @@ class _NumpyArray:
 
     def decode(self, meta, buffers):
         dtype = _plain_dtype(meta["dtype"])
+        shape = meta.get("shape")
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape) or (
+            len(buffers) != 1 or len(buffers[0]) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        ):
+            raise SomatizeValueError(
+                f"an array in the store says it is {dtype} of shape {shape!r:.60} but holds "
+                f"{sum(len(b) for b in buffers)} bytes; it was not written by somatize or is "
+                "damaged: run `somatize check`"
+            )
         a = np.frombuffer(buffers[0], dtype=dtype) if len(buffers[0]) else np.empty(0, dtype)
-        return a.reshape(meta["shape"])
+        return a.reshape(shape)
 
 
 class _NumpyScalar:
@@ -146,7 +155,13 @@ class _NumpyScalar:
         return {"dtype": a.dtype.str}, [a.tobytes()]
 
     def decode(self, meta, buffers):
-        return np.frombuffer(buffers[0], dtype=_plain_dtype(meta["dtype"]))[0]
+        dtype = _plain_dtype(meta["dtype"])
+        if len(buffers) != 1 or len(buffers[0]) != dtype.itemsize:
+            raise SomatizeValueError(
+                f"a {dtype} scalar in the store holds {sum(len(b) for b in buffers)} bytes, not "
+                f"{dtype.itemsize}; it was not written by somatize or is damaged: run `somatize check`"
+            )
+        return np.frombuffer(buffers[0], dtype=dtype)[0]
 
 
 register_codec(_Bytes())

@@ -213,6 +213,9 @@ class Graph:
         return out
 
 
+_FACT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+
+
 class Ctx:
     """A node's handle on the engine: its name, and a way to add a fact."""
 
@@ -223,10 +226,19 @@ class Ctx:
         self._emit = emit
 
     def fact(self, fact, **fields):
-        """Add ``{"fact": fact, "node": <this node>, **fields}`` to the stream."""
-        if not isinstance(fact, str) or not fact:
-            raise SomatizeValueError(f"ctx.fact needs a name as its first argument, like ctx.fact('norm', value=1.5); got {fact!r}")
+        """Add ``{"fact": fact, "node": <this node>, **fields}`` to the stream.
+
+        A one-element array or tensor given as a field (``value=x.norm()``)
+        becomes its number, so the record keeps a number, not its text."""
+        if not isinstance(fact, str) or not _FACT_NAME.fullmatch(fact):
+            raise SomatizeValueError(
+                f"ctx.fact needs a short name as its first argument (letters, digits, '_', "
+                f"'-', '.', at most 64), like ctx.fact('norm', value=1.5); got {fact!r:.80}"
+            )
         if self._emit is not None:
+            for k, v in fields.items():
+                if v.__class__ not in _PASS and getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+                    fields[k] = v.item()
             self._emit({"fact": fact, "node": self.name, **fields})
 
     def __repr__(self):

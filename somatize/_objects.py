@@ -303,8 +303,10 @@ def _leaf(codec, v, leaves):
     return ["r", leaves.setdefault(id(v), (v, leaf))[1]]
 
 
-def build(tree, fetch):
+def build(tree, fetch, depth=0):
     """The value a manifest's tree stands for; ``fetch(digest)`` decodes a leaf."""
+    if depth > MAX_DEPTH:  # never written by keep; a hostile manifest must not recurse away
+        raise Damaged(f"its tree is nested more than {MAX_DEPTH} levels deep")
     if not isinstance(tree, list):
         if tree is None or isinstance(tree, (bool, int, float, str)):
             return tree
@@ -313,11 +315,11 @@ def build(tree, fetch):
         raise Damaged("its tree holds an untagged list")
     tag, rest = tree[0], tree[1:]
     if tag == "l":
-        return [build(x, fetch) for x in rest]
+        return [build(x, fetch, depth + 1) for x in rest]
     if tag == "t":
-        return tuple(build(x, fetch) for x in rest)
+        return tuple(build(x, fetch, depth + 1) for x in rest)
     if tag == "d" and len(rest) % 2 == 0 and all(type(k) is str for k in rest[::2]):
-        return {k: build(x, fetch) for k, x in zip(rest[::2], rest[1::2])}
+        return {k: build(x, fetch, depth + 1) for k, x in zip(rest[::2], rest[1::2])}
     if tag == "i" and len(rest) == 1 and type(rest[0]) is str:
         return int(rest[0])
     if tag == "f" and rest in (["nan"], ["inf"], ["-inf"]):

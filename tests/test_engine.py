@@ -396,3 +396,25 @@ def test_a_watcher_failing_inside_ctx_fact_is_a_watcher_error_not_the_nodes(tmp_
     for node in (Talk(), Talk().frozen().cached()):  # a cached node runs on its own path
         with pytest.raises(WatcherError, match="refuse.*no space left"):
             Graph.somatize(node).forward(1, store=tmp_path, watching=refuse)
+
+
+def test_a_fact_value_that_is_a_0d_array_becomes_its_number():
+    class Norm(Node):
+        def forward(self, x, ctx):
+            ctx.fact("norm", value=np.linalg.norm(x), scale=np.float32(2.0), shape=[1, 2])
+            return x
+
+    seen = []
+    Graph.somatize(Norm()).forward(np.array([3.0, 4.0]), watching=seen.append)
+    fact = seen[0]
+    assert fact["value"] == 5.0 and type(fact["value"]) is float
+    assert type(fact["scale"]) is float and fact["shape"] == [1, 2]
+
+
+def test_a_fact_name_that_could_not_name_a_curve_is_refused():
+    class Loud(Node):
+        def forward(self, x, ctx):
+            ctx.fact("é" * 90, value=1.0)
+
+    with pytest.raises(NodeError, match="short name"):
+        Graph.somatize(Loud()).forward(1, watching=print)

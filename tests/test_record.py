@@ -365,3 +365,25 @@ def test_a_run_without_facts_yet_reads_empty(store):
     with pytest.raises(SomatizeValueError, match="no forwards yet"):
         facts(store, "r", forward=0)
     recorder.close()
+
+
+def test_a_fact_name_too_long_for_a_file_is_kept_in_the_log_and_breaks_nothing(store):
+    long = "é" * 90  # 180 bytes, 540 when quoted into a file name
+    with Recorder(store, run="r") as recorder:
+        for i in range(3):
+            recorder.forward_began()
+            recorder({"fact": long, "value": float(i)})
+            recorder({"fact": "loss", "value": float(i)})
+    assert [f["fact"] for f in facts(store, "r", forward=2)] == [long, "loss"]
+    assert list(curve(store, "r", "loss")) == [0.0, 1.0, 2.0]
+    with Recorder(store, run="r", resume=True) as again:
+        again.forward_began()
+        again({"fact": "loss", "value": 3.0})
+    assert list(curve(store, "r", "loss")) == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("bad", [[1], [""], 3, [None]])
+def test_summarising_must_name_facts_and_nothing_is_written_before_it_is_checked(tmp_path, bad):
+    with pytest.raises(TypeError, match=r"summarising=\['loss'\]"):
+        Recorder(tmp_path / "s", run="r", summarising=bad)
+    assert not (tmp_path / "s" / "runs" / "r").exists()

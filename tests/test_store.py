@@ -700,3 +700,36 @@ def test_many_data_wrapped_leaves_each_keep_their_own_bytes(tmp_path):
     assert [float(back[f"k{i}"].v[0]) for i in range(6)] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     as_list = store.recall(store.keep("list", [Data(Temp(np.full(big, float(i)))) for i in range(6)]))
     assert [float(t.v[0]) for t in as_list] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _plant(store, codec, meta, buffers):
+    """A well-formed object (right checksum, right name) with whatever header
+    a hostile or buggy writer chose."""
+    obj = Encoded(codec, meta, buffers)
+    digest = obj.seal()
+    path = store._object_path(digest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(bytes(p) for p in obj.parts))
+    return digest
+
+
+@pytest.mark.parametrize("meta, payload", [
+    ({"dtype": "<f8", "shape": [1000]}, b"\0" * 8),     # says more than it holds
+    ({"dtype": "<f8", "shape": [-1]}, b"\0" * 8),       # a shape numpy would infer
+    ({"dtype": "<f8", "shape": "x"}, b"\0" * 8),
+])
+def test_an_array_whose_header_disagrees_with_its_bytes_is_refused(tmp_path, meta, payload):
+    store = Store(tmp_path)
+    with pytest.raises(SomatizeValueError, match="not written by somatize or is damaged"):
+        store.recall(_plant(store, "numpy", meta, [payload]))
+
+
+def test_a_manifest_nested_too_deep_is_damaged_not_a_recursion_error(tmp_path):
+    from somatize._objects import MAX_DEPTH, TREE
+
+    tree = ["l", 1]
+    for _ in range(MAX_DEPTH + 5):
+        tree = ["l", tree]
+    store = Store(tmp_path)
+    with pytest.raises(DamagedError, match="nested more than"):
+        store.recall(_plant(store, TREE, {"tree": tree}, []))

@@ -136,6 +136,12 @@ def series_file(folder: Path, name: str) -> Path:
     return folder / (quote(name, safe="") + ".bin")
 
 
+def fits_a_file(name: str) -> bool:
+    """Whether a series of this name can have a file (names are at most 255
+    bytes on the file systems we run on; quoting can triple a name)."""
+    return len(quote(name, safe="")) + 4 <= 255
+
+
 def series_names(folder: Path) -> list[str]:
     try:
         files = os.listdir(folder)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from .._errors import DamagedError, SomatizeValueError
+from .._errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._files import append_durably, make_dirs, sync_dir
 from . import _log
 from ._runs import (
@@ -70,6 +70,16 @@ class Recorder:
     def __init__(self, store, run="a-run", summarising=("loss",), resume=False):
         if isinstance(summarising, str):
             summarising = [summarising]
+        try:
+            summarising = list(summarising)
+        except TypeError:
+            summarising = [summarising]
+        for name in summarising:
+            if not isinstance(name, str) or not name:
+                raise SomatizeTypeError(
+                    f"summarising= takes the names of facts to summarise, like "
+                    f"summarising=['loss']; got {name!r:.60} in it"
+                )
         checked_name(run)
         root = store_root(store, create=True)
         folder = run_folder(root, run)
@@ -237,6 +247,8 @@ class Recorder:
                 try:
                     pair = points[name]
                 except KeyError:
+                    if not _log.fits_a_file(name):
+                        continue  # too long to name a series file: in the log only
                     pair = points[name] = ([], [])
                 pair[0].append(forward)
                 pair[1].append(value)
