@@ -187,9 +187,23 @@ def test_a_forward_out_of_range_says_how_many_there_are(store, steps):
 
 def test_two_recorders_of_one_run_in_one_process_are_refused(store):
     first = Recorder(store, run="r")
-    with pytest.raises(SomatizeValueError, match="run='r-2'"):
+    with pytest.raises(SomatizeValueError, match=r"recorder.close\(\).*resume=True.*run='r-2'"):
         Recorder(store, run="r")
     first.close()
+
+
+def test_a_cell_run_again_takes_its_run_over_with_resume(store):
+    # the old Recorder may be out of reach (made inline in watching=)
+    first = Recorder(store, run="r")
+    first.forward_began()
+    first({"fact": "loss", "value": 1.0})
+    again = Recorder(store, run="r", resume=True)
+    assert repr(first).endswith("state=closed)")
+    again.forward_began()
+    again({"fact": "loss", "value": 2.0})
+    again.close()
+    assert list(curve(store, "r", "loss")) == [1.0, 2.0]
+    assert list(curve(store, "r", "loss").index) == [0, 1]
 
 
 def test_an_existing_run_is_refused_unless_resumed(store, steps):

@@ -60,7 +60,8 @@ class Recorder:
     before the first ``forward_began()`` belong to forward 0.
 
     ``resume=True`` continues a finished or interrupted run, numbering on from
-    its last forward. ``flush()`` returns once every fact handed over is on
+    its last forward; a run another Recorder of this process is recording (a
+    notebook cell run again) is taken over: that Recorder is closed first. ``flush()`` returns once every fact handed over is on
     disk; ``close()`` (also at exit, and leaving a ``with`` block) marks the
     run finished; a ``with`` block left by an exception marks it interrupted.
     A process killed outright (kill -9) loses at most the facts not yet
@@ -95,12 +96,18 @@ class Recorder:
         self._error: BaseException | None = None
         self._closed = False
         self._fds: dict = {}
+        if resume:  # a notebook cell run again: take the run over from the old Recorder
+            with LIVE_LOCK:
+                old = LIVE.get(self._real)
+            if old is not None:
+                old.close()
         with LIVE_LOCK:
             if self._real in LIVE:
                 raise SomatizeValueError(
                     f"run {run!r} is already being recorded by another Recorder in this "
-                    f"process (pid {self._pid}): close() that one first, or record into "
-                    f"another run, e.g. Recorder(store, run={_free_name(root, run)!r})"
+                    f"process ({LIVE[self._real]!r}). Close it first (recorder.close()), take "
+                    f"the run over and continue it: Recorder(store, run={run!r}, resume=True), "
+                    f"or record into another run, e.g. Recorder(store, run={_free_name(root, run)!r})"
                 )
             self._lock_fd = _lock_or_refuse(root, folder, run)
             try:
