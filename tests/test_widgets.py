@@ -108,7 +108,9 @@ def test_live_curve_stays_bounded_and_keeps_the_mean():
     arr = np.array(values[: len(curve.mean) * stride]).reshape(-1, stride)
     assert np.allclose(curve.mean, arr.mean(axis=1))
     assert np.allclose(curve.lo, arr.min(axis=1)) and np.allclose(curve.hi, arr.max(axis=1))
-    assert pts[-1][0] == pytest.approx(len(curve.mean) * stride + (len(values) - arr.size + 1) / 2)
+    # the open bucket sits at its middle step, steps counted from 0
+    assert pts[-1][0] == pytest.approx(len(curve.mean) * stride + (len(values) - arr.size - 1) / 2)
+    assert pts[0][0] == pytest.approx((stride - 1) / 2)
 
 
 def test_live_ignores_nonfinite_losses_for_best_and_picture():
@@ -214,13 +216,25 @@ def test_progress_overlays_runs_with_a_legend(tmp_path):
     assert "small" in legend and "big" in legend
 
 
-def test_progress_steps_count_from_one_as_live_does(tmp_path):
+def test_progress_steps_count_from_zero_as_live_and_forwards_do(tmp_path):
     p = progress(two_runs(tmp_path), run="small")
     live = Live()
     feed(live, [1.0 / (i + 1) for i in range(30)])
     fig, *_ = figure_parts(p)
-    assert list(fig.marks[0].x) == [pt[0] for pt in live.snapshot()["curve"]] == list(range(1, 31))
+    assert list(fig.marks[0].x) == [pt[0] for pt in live.snapshot()["curve"]] == list(range(30))
     assert list(fig.marks[0].y) == pytest.approx([pt[1] for pt in live.snapshot()["curve"]])
+
+
+def test_progress_counts_steps_not_forwards_when_a_step_runs_several(tmp_path):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="micro") as rec:  # micro=4: four forwards, then the step's loss
+        for step in range(5):
+            for _ in range(4):
+                rec.forward_began()
+                rec({"fact": "finished", "took_us": 1})
+            rec({"fact": "loss", "value": 1.0 / (step + 1)})
+    fig, *_ = figure_parts(progress(store, run="micro"))
+    assert list(fig.marks[0].x) == [0, 1, 2, 3, 4]
 
 
 def test_progress_log_toggle_swaps_the_y_scale_and_back(tmp_path):

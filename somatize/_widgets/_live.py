@@ -63,14 +63,15 @@ class Curve:
         self.stride *= 2
 
     def points(self):
-        """[(step, mean, lo, hi)], steps counted from 1, the open bucket last."""
+        """[(step, mean, lo, hi)], steps counted from 0 like forwards, each
+        bucket at its middle step, the open bucket last."""
         out = [
-            ((i + 0.5) * self.stride + 0.5, _finite(m), _finite(a), _finite(b))
+            ((i + 0.5) * self.stride - 0.5, _finite(m), _finite(a), _finite(b))
             for i, (m, a, b) in enumerate(zip(self.mean, self.lo, self.hi))
         ]
         if self._n:
             base = len(self.mean) * self.stride
-            out.append((base + (self._n + 1) / 2, _finite(self._sum / self._n), _finite(self._lo), _finite(self._hi)))
+            out.append((base + (self._n - 1) / 2, _finite(self._sum / self._n), _finite(self._lo), _finite(self._hi)))
         return out
 
 

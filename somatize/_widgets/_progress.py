@@ -59,8 +59,9 @@ class Progress:
         self.name = name
         self.runs = runs
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        # A curve is indexed by forward, from 0; its step is one more (the first step is step 1).
-        self.thin = {run: thinned(c.to_numpy(), steps=c.index.to_numpy() + 1) for run, c in self.curves.items()}
+        # A curve is indexed by forward; a step is the fact's place in it, from
+        # 0 like forwards (with micro=N a step spans N forwards).
+        self.thin = {run: thinned(c.to_numpy(), steps=np.arange(len(c))) for run, c in self.curves.items()}
         self._box = None
 
     def _series(self, smoothing=0.0):
