@@ -67,6 +67,23 @@ def test_a_flipped_byte_is_damage_at_its_block(store):
         facts(store, "r")
 
 
+def test_every_damaged_block_is_reported_and_the_others_still_read(store):
+    folder = fill(store, "r", 2000)
+    index = _log.read_index(folder / "index.bin")
+    victims = [index[1], index[len(index) // 2]]
+    with open(folder / "facts.log", "r+b") as f:
+        for victim in victims:
+            f.seek(int(victim["offset"]) + 40)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    problems, _ = check_run(folder)
+    assert len(problems) == 1 and "2 block(s)" in problems[0]
+    assert all(f"byte {v['offset']}" in problems[0] for v in victims)
+    after = int(index[-1]["last"])  # past both damaged blocks
+    assert [f["fact"] for f in facts(store, "r", forward=after)] == ["finished", "loss"]
+
+
 def torn_tail(folder, forward, cut):
     """What a kill leaves mid-flush: a block past the last completed flush."""
     data, _ = _log.encode_blocks([(forward, [{"fact": "finished", "took_us": -1}])])

@@ -45,10 +45,13 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
     except _log.Torn as torn:
         if torn.offset < committed:
             damaged_from = torn.offset
+            bad = [torn.offset] + _damaged_after(raw, folder / INDEX, torn.offset, committed)
+            where = ", ".join(f"byte {b}" for b in bad[:10]) + (" …" if len(bad) > 10 else "")
             problems.append(
-                f"run {run!r}: {LOG} damaged at byte {torn.offset} ({torn.why}); "
-                f"a completed flush wrote {committed} bytes, the file holds {len(raw)}; "
-                f"the forwards before it still read: keep what you need and record on into a new run"
+                f"run {run!r}: {LOG} damaged: {len(bad)} block(s) no longer read ({where}; the "
+                f"first: {torn.why}); a completed flush wrote {committed} bytes, the file holds "
+                f"{len(raw)}. Every other block still reads with facts(store, run, forward=N): "
+                f"keep what you need and record on into a new run"
             )
         else:
             notes.append(
@@ -72,6 +75,22 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         if have < size:
             problems.append(f"run {run!r}: series {name!r} cut at byte {have}; a completed flush wrote {size}")
     return problems, notes
+
+
+def _damaged_after(raw, index_path, after, committed):
+    """Offsets of the indexed blocks past ``after`` (within what completed
+    flushes wrote) that do not read: the scan stops at the first damage, the
+    index lets the check look at every block beyond it."""
+    bad = []
+    for entry in _log.read_index(index_path):
+        offset, length = int(entry["offset"]), int(entry["length"])
+        if offset <= after or offset + length > committed:
+            continue
+        try:
+            _log.read_block(raw, offset, True)
+        except _log.Torn:
+            bad.append(offset)
+    return bad
 
 
 def check_runs(root: Path) -> tuple[list[str], list[str]]:

@@ -100,7 +100,7 @@ def facts(store, run, forward=None) -> list[dict]:
             if forward is None or fw == forward:
                 out.extend(some)
     if forward is None and torn is not None and torn < committed:
-        raise DamagedError(f"run {run!r}: {LOG} is damaged at byte {torn}; facts(store, run, forward=N) reads forwards before it")
+        raise DamagedError(f"run {run!r}: {LOG} is damaged at byte {torn}; facts(store, run, forward=N) still reads every forward whose blocks are whole, and `somatize check` lists the damaged ones")
     return out
 
 
