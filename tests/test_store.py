@@ -733,3 +733,16 @@ def test_a_manifest_nested_too_deep_is_damaged_not_a_recursion_error(tmp_path):
     store = Store(tmp_path)
     with pytest.raises(DamagedError, match="nested more than"):
         store.recall(_plant(store, TREE, {"tree": tree}, []))
+
+
+@pytest.mark.parametrize("size", [100, 2 << 20])  # read whole / mapped
+def test_an_object_file_copied_over_another_is_named_by_check(tmp_path, size):
+    store = Store(tmp_path)
+    a = store.keep("a", np.full(size // 8, 1.0))
+    b = store.keep("b", np.full(size // 8, 2.0))
+    shutil.copyfile(store._object_path(a), store._object_path(b))
+    problems = store.check()
+    assert len(problems) == 1 and str(store._object_path(b)) in problems[0]
+    if size < _MAP_AT:  # small objects are re-hashed on every recall too
+        with pytest.raises(DamagedError, match="another object's bytes"):
+            store.recall("b")
