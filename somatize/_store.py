@@ -23,8 +23,9 @@ A name and a folder of names cannot share a path (as in git): with
 ``"a/b"`` kept, ``"a"`` is refused, and the other way round.
 
 Reading verifies every object against its checksum, so damage raises
-``DamagedError`` and never returns wrong bytes; ``check`` (``_store_check.py``)
-re-hashes with sha256. Large objects are read by mapping the file
+``DamagedError`` and never returns torn or flipped bytes; an object under
+1 MiB is also re-hashed against its name (a whole file copied over another is
+refused); ``check`` (``_store_check.py``) re-hashes every object with sha256. Large objects are read by mapping the file
 copy-on-write: no copy, and the returned arrays are writable without touching
 the file. This leans on objects being immutable, which the store guarantees
 for its own writes.
