@@ -54,7 +54,6 @@ def test_kill_9_at_random_moments_loses_nothing_flushed(tmp_path):
     path = tmp_path / "store"
     store = Store(path)
     rng = random.Random(20)
-    kills = 0
     for attempt in range(22):
         with subprocess.Popen(
             [sys.executable, "-c", WRITER, str(path), "r", "1" if attempt else "0"],
@@ -63,14 +62,12 @@ def test_kill_9_at_random_moments_loses_nothing_flushed(tmp_path):
         ) as writer:
             flushed = flushed_before(writer, rng.uniform(0.0, 0.25))
         assert writer.returncode == -signal.SIGKILL
-        kills += 1
         seqs = [f["seq"] for f in facts(store, "r")]
         assert seqs == list(range(len(seqs)))  # in order, no duplicates, no holes
         assert len(seqs) >= flushed
         assert runs(store).set_index("run").loc["r", "state"] == "interrupted"
         problems, _notes = check_runs(path)
         assert problems == [] and store.check() == []
-    assert kills >= 20
     done = subprocess.run([sys.executable, "-m", "somatize.cli", "check", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 

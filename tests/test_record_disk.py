@@ -118,6 +118,15 @@ def test_resume_keeps_a_whole_block_written_by_an_unfinished_flush(store):
     assert list(took[299:303]) == [299, -1, 301, 302]
 
 
+def test_resume_keeps_the_whole_block_before_a_torn_one(store):
+    folder = fill(store, "r", 300)
+    torn_tail(folder, 300, cut=None)  # a whole block of the interrupted flush
+    torn_tail(folder, 301, cut=20)  # and the next, torn by the kill
+    fill(store, "r", 2, start=302, resume=True)
+    assert check_run(folder) == ([], [])
+    assert list(forwards(store, "r")["took_us"][299:304]) == [299, -1, 302, 303]
+
+
 def test_resume_cuts_series_back_to_the_last_completed_flush(store):
     folder = fill(store, "r", 100)
     with open(_log.series_file(folder / "series", "loss"), "ab") as f:

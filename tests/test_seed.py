@@ -48,12 +48,17 @@ def batch(how_many=64):
     return x, x @ truth + 0.1 * torch.randn(how_many, 1)
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
 def shown(obj):
-    """What a notebook would display: the richest bundle the object offers."""
-    bundle = obj._repr_mimebundle_() if hasattr(obj, "_repr_mimebundle_") else None
+    """What a notebook displays for ``obj``: its bundle, which must carry the
+    widget and the static picture that readers without widgets see."""
+    bundle = obj._repr_mimebundle_()
     if isinstance(bundle, tuple):
         bundle = bundle[0]
-    return bundle or {"text/plain": repr(obj)}
+    assert WIDGET in bundle and "<svg" in bundle["text/html"], sorted(bundle)
+    return bundle
 
 
 def test_the_reference_training_run(tmp_path):
@@ -68,7 +73,7 @@ def test_the_reference_training_run(tmp_path):
         value = trainer.step(batch())
         first = value if first is None else first
     assert trainer.updates == 300
-    assert shown(live)
+    assert "300" in shown(live)["text/html"]  # the steps it counted, in the picture
 
     ten = facts(store, run="a-run", forward=10)
     assert [(f["fact"], f.get("node")) for f in ten] == [
@@ -82,9 +87,11 @@ def test_the_reference_training_run(tmp_path):
     assert len(losses) == 300 and float(losses.iloc[-1]) < first / 10  # it learned
     assert len(forwards(store, run="a-run")) == 300
     assert set(nodes(store, run="a-run")["node"]) == {"body", "head"}
-    assert shown(progress(store, run="a-run"))
+    assert "polyline" in shown(progress(store, run="a-run"))["text/html"]  # a drawn curve
     where = spent(store, run="a-run")
-    assert shown(where) and {r["kind"] for r in where.rows} == {"node", "engine", "trainer"}
+    assert {r["kind"] for r in where.rows} == {"node", "engine", "trainer"}
+    picture = shown(where)["text/html"]
+    assert ">body<" in picture and ">head<" in picture  # a labelled bar for each node
 
     digest = store.keep("a-run/weights", trainer.export())
     assert digest.startswith("sha256:") and len(digest) == 7 + 64

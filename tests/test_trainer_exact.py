@@ -119,6 +119,19 @@ def test_without_flush_the_partial_group_is_still_open():
     assert trainer.flush() is False  # nothing left open
 
 
+def test_flush_tells_the_watchers_it_updated_after_the_last_steps_facts():
+    g = built(dtype=torch.float64)
+    seen = []
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), every=4, watching=seen.append)
+    for b in batches(3, dtype=torch.float64):
+        trainer.step(b)
+    assert "updated" not in [f["fact"] for f in seen]
+    trainer.flush()
+    assert [f["fact"] for f in seen[-3:]] == ["loss", "trainer_us", "updated"]
+    trainer.flush()  # nothing open: nothing said
+    assert [f["fact"] for f in seen].count("updated") == 1
+
+
 def test_fit_closes_the_open_group_at_the_end_of_each_epoch():
     # 3 batches, every=2, 2 epochs: groups (b0 b1) (b2) per epoch, 4 updates.
     data = batches(3, dtype=torch.float64)
@@ -133,13 +146,14 @@ def test_fit_closes_the_open_group_at_the_end_of_each_epoch():
     agree(trainer, oracle)
 
 
-def test_the_loss_of_a_micro_step_is_the_loss_of_the_whole_batch():
+@pytest.mark.parametrize("n, micro", [(64, 4), (10, 3)])  # equal pieces, and 4 + 3 + 3
+def test_the_loss_of_a_micro_step_is_the_loss_of_the_whole_batch(n, micro):
     g = built(dtype=torch.float64)
-    x, y = batches(1, dtype=torch.float64)[0]
+    x, y = batches(1, n=n, dtype=torch.float64)[0]
     with torch.no_grad():
         whole = MSE(g.node("head").out(g.node("body").net(x)), y).item()
     seen = []
-    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), micro=4, watching=seen.append)
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), micro=micro, watching=seen.append)
     assert trainer.step((x, y)) == pytest.approx(whole, rel=1e-12)
     losses = [f["value"] for f in seen if f["fact"] == "loss"]
     assert losses == [pytest.approx(whole, rel=1e-12)]
