@@ -32,7 +32,7 @@ the run back to its last completed flush and writes the whole blocks again.
 Damage is what a completed flush wrote and no longer reads: a block whose
 checksum fails, or a file shorter than its summary says. A kill -9 (or a
 power cut) loses at most the facts handed over since the last completed flush:
-the last ``FLUSH_EVERY`` (0.1 s) of them plus those handed over while that
+the last ``FLUSH_EVERY`` (0.25 s) of them plus those handed over while that
 flush ran; ``bench/bench_record_crash.py`` measures it. ``flush()`` and
 ``close()`` make every fact so far durable.
 

@@ -9,8 +9,14 @@ A flush appends whole blocks to ``facts.log`` in one ``write()`` and fsyncs,
 then the series, the index, and last rewrites ``summary.json`` atomically
 (temp file, fsync, rename). When ``flush()`` returns, its facts survive a
 kill -9 and a power cut. A kill -9 loses at most the facts handed over since
-the last completed flush: about ``FLUSH_EVERY`` seconds of facts (0.1 s) plus
+the last completed flush: about ``FLUSH_EVERY`` seconds of facts (0.25 s) plus
 the time the flush itself takes.
+
+Why 0.25 s and not less: the flush thread's system calls each take the GIL
+back from a training loop that lets go of it inside torch; flushing every
+0.1 s made the Recorder cost a Trainer step ~5%, every 0.25 s ~2%
+(bench/RESULTS.md, Trainer). Another process still sees facts well within
+a second.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ._runs import (
     try_lock,
 )
 
-FLUSH_EVERY = 0.1  # seconds; another process sees facts within about this
+FLUSH_EVERY = 0.25  # seconds; another process sees facts within about this
 TOOK = "finished/took_us"  # the series of whole-forward times
 _NUMBERS = (int, float, np.integer, np.floating)
 CHUNK = 8192  # pending items a flush takes at a time
@@ -65,7 +71,7 @@ class Recorder:
     disk; ``close()`` (also at exit, and leaving a ``with`` block) marks the
     run finished; a ``with`` block left by an exception marks it interrupted.
     A process killed outright (kill -9) loses at most the facts not yet
-    flushed, 0.1 to 0.2 s of them; the run then lists as interrupted.
+    flushed, 0.25 to 0.5 s of them; the run then lists as interrupted.
     """
 
     def __init__(self, store, run="a-run", summarising=("loss",), resume=False):

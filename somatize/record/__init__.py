@@ -4,9 +4,9 @@ Forwards count from 0 everywhere: ``facts(store, run, forward=0)`` is the
 first forward. Every function takes the store (a ``Store`` or a path) and the
 run's name. A query sees every fact this process handed to a Recorder so far;
 another process sees them once that Recorder's background flush ran (every
-0.1 s). A Recorder killed with kill -9 loses at most the facts it had not
-flushed yet: those of the last flush interval (0.1 s) and of the flush under
-way, so 0.1 to 0.2 s of them (measured: bench/RESULTS.md); everything before
+0.25 s). A Recorder killed with kill -9 loses at most the facts it had not
+flushed yet: those of the last flush interval (0.25 s) and of the flush under
+way, so 0.25 to 0.5 s of them (measured: bench/RESULTS.md); everything before
 reads back in order, once, and the run lists as interrupted.
 """
 
