@@ -3,7 +3,9 @@ that watching, querying and scripts never import Jupyter.
 
 The rule it keeps: a view holds plain data in one synced trait, so one change
 on the Python side is one message to the front end (what the throttle counts).
-The JavaScript lives in `static/` (copied from `js/widgets/`, see its README).
+The JavaScript has one source, `js/widgets/`: a wheel carries it as
+`somatize/_widgets/static/` (pyproject's force-include); a source checkout or
+an editable install reads it where it is.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 import anywidget
 import traitlets
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent / "static"  # in a wheel
+if not STATIC.is_dir():
+    STATIC = Path(__file__).parents[2] / "js" / "widgets"  # a checkout
 
 
 class LiveView(anywidget.AnyWidget):
