@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-import somatize._store as store_module
+import somatize._store.store as store_module
 from somatize import Store
 
 RUNS = int(os.environ.get("RUNS", 9))

@@ -9,27 +9,35 @@ importing numpy alone would eat half of.
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
-    from ._codecs import register_codec as register_codec
-    from ._engine import Graph as Graph
-    from ._engine import Node as Node
-    from ._errors import SomatizeError as SomatizeError
-    from ._record._recorder import Recorder as Recorder
-    from ._store import Store as Store
-    from ._values import Data as Data
-    from ._values import Opaque as Opaque
+    from ._base.codecs import register_codec as register_codec
+    from ._base.errors import DamagedError as DamagedError
+    from ._base.errors import NodeError as NodeError
+    from ._base.errors import SomatizeError as SomatizeError
+    from ._base.errors import StoreNotWritable as StoreNotWritable
+    from ._base.errors import WatcherError as WatcherError
+    from ._base.values import Data as Data
+    from ._base.values import Opaque as Opaque
+    from ._graph.engine import Graph as Graph
+    from ._graph.engine import Node as Node
+    from ._store.store import Store as Store
+    from .record._recorder import Recorder as Recorder
 
 _WHERE = {
-    "Data": "._values",
-    "Graph": "._engine",
-    "Node": "._engine",
-    "Opaque": "._values",
-    "Recorder": "._record._recorder",
-    "SomatizeError": "._errors",
-    "Store": "._store",
-    "register_codec": "._codecs",
+    "DamagedError": "._base.errors",
+    "Data": "._base.values",
+    "Graph": "._graph.engine",
+    "Node": "._graph.engine",
+    "NodeError": "._base.errors",
+    "Opaque": "._base.values",
+    "Recorder": ".record._recorder",
+    "SomatizeError": "._base.errors",
+    "Store": "._store.store",
+    "StoreNotWritable": "._base.errors",
+    "WatcherError": "._base.errors",
+    "register_codec": "._base.codecs",
 }
 
-__all__ = ["Data", "Graph", "Node", "Opaque", "Recorder", "SomatizeError", "Store", "register_codec"]
+__all__ = sorted(_WHERE)
 __version__ = "0.1.0"
 
 

@@ -50,7 +50,7 @@ def _whole(value) -> str:
 
 def runs_table(path) -> str:
     """The text ``somatize runs`` prints."""
-    from ._record._runs import summaries
+    from .record._runs import summaries
 
     rows = summaries(Path(path))
     if not rows:
@@ -89,10 +89,10 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
-    from ._record._check import check_runs
-    from ._record._runs import run_names
-    from ._store import Store
-    from ._store_check import count_objects
+    from .record._check import check_runs
+    from .record._runs import run_names
+    from ._store.store import Store
+    from ._store.check import count_objects
 
     path = Path(path)
     store = Store(path, readonly=True)

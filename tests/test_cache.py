@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from somatize import Graph, Node, Opaque, Store, register_codec
-from somatize._engine import set_weights
+from somatize._graph.engine import set_weights
 
 
 CALLS = {}  # node -> runs; held by the node itself, so no id is ever reused

@@ -106,7 +106,7 @@ def test_check_counts_what_it_checked_in_good_grammar(tmp_path):
 
 AS_NOBODY = """
 import os, sys
-import somatize._record._check, somatize._store, somatize._store_check  # loaded lazily by the command
+import somatize.record._check, somatize._store.store, somatize._store.check  # loaded lazily by the command
 from somatize.cli import check_report, runs_table
 # root ignores permission bits: read as an ordinary user. That user cannot read
 # this interpreter's own files, so the command's two functions run here.

@@ -10,7 +10,7 @@ import sys
 import time
 
 from somatize import Store
-from somatize._record._check import check_runs
+from somatize.record._check import check_runs
 from somatize.record import curve, facts, runs
 
 # Each fact carries its place in the whole sequence (seq), so that loss,

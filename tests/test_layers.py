@@ -51,31 +51,31 @@ def test_importing_the_core_loads_neither_torch_nor_jupyter():
     assert out.stdout.strip() == "[]"
 
 
-# Inside the package, layers go one way too (docs/ARCHITECTURE.md): a module
-# imports its own layer or those below, never one above.
+# Inside the package, layers go one way too (docs/ARCHITECTURE.md): each layer
+# is one folder (or module) under somatize/, and a module imports its own layer
+# or those below, never one above.
 RANK = {
-    "_errors": 0, "_values": 0, "_codecs": 0, "_files": 0, "_names": 0,
-    "_objects": 1, "_store": 1, "_store_check": 1,
-    "_engine": 2, "_node": 2, "_edges": 2, "_cache": 2,
-    "_record": 3, "record": 3,
+    "_base": 0,
+    "_store": 1,
+    "_graph": 2,
+    "record": 3,
     "torch": 4, "diagnose": 4,
     "_widgets": 5, "_server": 5, "cli": 5, "demo": 5, "__init__": 5,
 }
 UPWARD = {  # lazy imports for display, each with its reason
-    ("_engine", "_widgets"): "a Graph shows its panel when displayed in a notebook",
-    ("record", "_widgets"): "progress, spent and Live are public names of somatize.record",
+    ("_graph", "_widgets"): "a Graph shows its panel when displayed in a notebook",
 }
 
 
 def top_of(rel_module):
-    """'_record._runs' -> '_record'; '_store' -> '_store'."""
+    """'record._runs' -> 'record'; 'cli' -> 'cli'."""
     return rel_module.split(".")[0] or "__init__"
 
 
 def somatize_imports(path):
     """Every somatize module ``path`` imports, as a top name under somatize/
     ("__init__" for the package itself)."""
-    package = path.parent.relative_to(ROOT).parts  # () for somatize/, ("_record",) for somatize/_record/
+    package = path.parent.relative_to(ROOT).parts  # () for somatize/, ("record",) for somatize/record/
     tree = ast.parse(path.read_text(), str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from somatize import Graph, Node, Recorder, Store
-from somatize._errors import SomatizeKeyError, SomatizeValueError, WatcherError
+from somatize._base.errors import SomatizeKeyError, SomatizeValueError, WatcherError
 from somatize.record import curve, facts, forwards, nodes, runs
 
 
@@ -311,7 +311,7 @@ def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
 @pytest.fixture
 def no_background_flush(monkeypatch):
     """Only the query itself can hand the facts over (the flusher thread idles)."""
-    from somatize._record import _recorder
+    from somatize.record import _recorder
 
     monkeypatch.setattr(_recorder, "_flush_all", lambda: None)
 

@@ -6,9 +6,9 @@ import orjson
 import pytest
 
 from somatize import Recorder, Store
-from somatize._errors import DamagedError
-from somatize._record import _log
-from somatize._record._check import check_run
+from somatize._base.errors import DamagedError
+from somatize.record import _log
+from somatize.record._check import check_run
 from somatize.record import curve, facts, forwards, runs
 
 

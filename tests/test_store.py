@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from somatize import Store, register_codec
-from somatize._errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from somatize._objects import INLINE_MAX, Encoded
-from somatize._files import MAP_AT as _MAP_AT
-from somatize._store import as_store, digest_of
+from somatize._base.errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from somatize._store.objects import INLINE_MAX, Encoded
+from somatize._store.files import MAP_AT as _MAP_AT
+from somatize._store.store import as_store, digest_of
 
 BIG = np.arange(INLINE_MAX, dtype=np.float64)  # larger than INLINE_MAX bytes: a leaf object of its own
 
@@ -617,7 +617,7 @@ def _odd_big_array(seed):
 
 
 def test_a_large_object_written_around_the_page_cache_reads_back_whole(tmp_path):
-    from somatize import _files
+    from somatize._store import files as _files
 
     a = _odd_big_array(0)
     assert a.nbytes >= _files.DIRECT_AT
@@ -633,7 +633,7 @@ def test_a_large_object_written_around_the_page_cache_reads_back_whole(tmp_path)
 def test_without_o_direct_a_large_keep_takes_the_buffered_path(tmp_path, monkeypatch):
     # macOS has no O_DIRECT; Linux file systems that refuse it fail the open
     # the same way (write_temp_direct returns None either way)
-    from somatize import _files
+    from somatize._store import files as _files
 
     a = _odd_big_array(1)
     with_direct = Store(tmp_path / "direct").keep("big", a)
@@ -725,7 +725,7 @@ def test_an_array_whose_header_disagrees_with_its_bytes_is_refused(tmp_path, met
 
 
 def test_a_manifest_nested_too_deep_is_damaged_not_a_recursion_error(tmp_path):
-    from somatize._objects import MAX_DEPTH, TREE
+    from somatize._store.objects import MAX_DEPTH, TREE
 
     tree = ["l", 1]
     for _ in range(MAX_DEPTH + 5):

@@ -8,7 +8,7 @@ import torch
 
 import somatize.torch  # noqa: F401
 from somatize import Data, Graph, Node, Opaque, SomatizeError, Store
-from somatize._codecs import codec_for
+from somatize._base.codecs import codec_for
 from somatize.torch._codec import digest_tensors
 
 CODEC = codec_for(torch.zeros(1))

@@ -14,7 +14,7 @@ import torch
 import somatize
 import somatize.torch  # noqa: F401
 from somatize import SomatizeError, Store
-from somatize._objects import Encoded
+from somatize._store.objects import Encoded
 
 MIB = 1 << 20
 

@@ -9,7 +9,7 @@ import torch
 
 import somatize.torch  # noqa: F401
 from somatize import Data, Graph, Node, Opaque, Recorder, SomatizeError, Store
-from somatize._errors import WatcherError
+from somatize._base.errors import WatcherError
 from somatize.record import facts, forwards, spent
 from somatize.torch import NonFiniteLoss, Trainer, parameters
 from torch_models import Oracle, batches, built, trained_optimizer

@@ -213,7 +213,7 @@ def graph_html(d, title):
 
 def recorded_run(g):
     """(store folder, run) of the last Recorder that watched ``g``, or None."""
-    from .._record._recorder import Recorder
+    from ..record._recorder import Recorder
 
     for w in getattr(g, "_watched", ()):
         if isinstance(w, Recorder):

@@ -5,7 +5,7 @@ edge, a Store keeps tensors (header plus raw bytes, never pickle) and a cached
 node can key on a tensor input. torch is imported here and nowhere else.
 """
 
-from .._codecs import register_codec as _register_codec
+from .._base.codecs import register_codec as _register_codec
 from ._codec import TensorCodec as TensorCodec
 from ._trainer import NonFiniteLoss as NonFiniteLoss
 from ._trainer import Trainer as Trainer

@@ -19,7 +19,7 @@ import hashlib
 import numpy as np
 import torch
 
-from .._errors import SomatizeTypeError, SomatizeValueError
+from .._base.errors import SomatizeTypeError, SomatizeValueError
 
 # Only these dtypes are written or read; the name in the header is looked up
 # here and nowhere else.

@@ -48,9 +48,9 @@ from time import perf_counter_ns
 
 import torch
 
-from .. import _engine
-from .._errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
-from .._values import Data, Opaque
+from .._graph import engine as _engine
+from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
+from .._base.values import Data, Opaque
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 class NonFiniteLoss(SomatizeError, FloatingPointError):

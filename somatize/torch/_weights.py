@@ -14,8 +14,8 @@ import math
 import torch
 import xxhash
 
-from .. import _engine
-from .._errors import SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from .._graph import engine as _engine
+from .._base.errors import SomatizeKeyError, SomatizeTypeError, SomatizeValueError
 from ._codec import digest_tensors, raw_bytes
 
 # Below this many bytes, still() also re-hashes the weights (xxh3, fast), so an

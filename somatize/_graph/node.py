@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ._errors import SomatizeTypeError, SomatizeValueError
+from .._base.errors import SomatizeTypeError, SomatizeValueError
 
 
 class Node:

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from .._errors import DamagedError, SomatizeTypeError, SomatizeValueError
-from .._files import append_durably, make_dirs, sync_dir
+from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
+from .._store.files import append_durably, make_dirs, sync_dir
 from . import _log
 from ._runs import (
     INDEX,

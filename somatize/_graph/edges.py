@@ -5,9 +5,9 @@ codec is explicit (a tensor) must say which of the two it is.
 
 from __future__ import annotations
 
-from ._codecs import SCALARS, codec_for, how_to_register
-from ._errors import SomatizeTypeError
-from ._values import Data, Opaque
+from .._base.codecs import SCALARS, codec_for, how_to_register
+from .._base.errors import SomatizeTypeError
+from .._base.values import Data, Opaque
 
 _PASS = frozenset((Opaque, type(None), bool, int, float, str))
 

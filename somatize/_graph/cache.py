@@ -13,10 +13,10 @@ import hashlib
 import os
 import types
 
-from ._codecs import SCALARS
-from ._edges import _check_data
-from ._errors import SomatizeError, SomatizeValueError
-from ._node import Node
+from .._base.codecs import SCALARS
+from .edges import _check_data
+from .._base.errors import SomatizeError, SomatizeValueError
+from .node import Node
 
 # A code object's own digest never changes: memoised, the code kept alive.
 _own: dict = {}
@@ -159,7 +159,7 @@ def _attribute_digest(v, seen):
         h = hashlib.sha256()
         _hash_reached(h, v, seen)
         return h.hexdigest()
-    from ._store import digest_of
+    from .._store.store import digest_of
 
     return digest_of(v)
 
@@ -209,7 +209,7 @@ _stores = {}
 
 
 def _check_store_arg(store):
-    from ._store import Store
+    from .._store.store import Store
 
     if not isinstance(store, (Store, str, os.PathLike)):
         _as_store(store)  # raises, naming what store= takes
@@ -217,7 +217,7 @@ def _check_store_arg(store):
 
 
 def _as_store(store):
-    from ._store import Store
+    from .._store.store import Store
 
     if isinstance(store, Store):
         return store
@@ -227,6 +227,6 @@ def _as_store(store):
         if found is None:
             found = _stores[key] = Store(key)
         return found
-    from ._store import as_store
+    from .._store.store import as_store
 
     return as_store(store)  # not a Store nor a path: raises, naming what store= takes

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 
-from ._errors import DamagedError
-from ._files import read_file, sha256_file
-from ._names import DIGEST, name_problem
-from ._objects import TREE, Damaged, parse, references
+from .._base.errors import DamagedError
+from .files import read_file, sha256_file
+from .names import DIGEST, name_problem
+from .objects import TREE, Damaged, parse, references
 
 _HEX2 = re.compile(r"[0-9a-f]{2}")
 _HEX62 = re.compile(r"[0-9a-f]{62}")

@@ -13,18 +13,14 @@ import inspect
 import re
 from time import perf_counter_ns
 
-from ._cache import _as_store, _check_store_arg, _check_weights, fingerprint
-from ._codecs import codec_for
-from ._edges import _PASS, _cross, _gather, _slots
-from ._errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
-from ._node import Node, _Chain, _expr, set_weights
-from ._values import Opaque
+from .cache import _as_store, _check_store_arg, _check_weights, fingerprint
+from .._base.codecs import codec_for
+from .edges import _PASS, _cross, _gather, _slots
+from .._base.errors import NodeError, SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
+from .node import Node, _Chain, _expr, set_weights
+from .._base.values import Opaque
 
 __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
-
-
-class NodeError(SomatizeError, RuntimeError):
-    """A node's forward raised; the message names the node."""
 
 
 # --- the graph -----------------------------------------------------------------
@@ -112,7 +108,7 @@ class Graph:
         try:
             return self._by_name[name]
         except KeyError:
-            from ._errors import SomatizeKeyError
+            from .._base.errors import SomatizeKeyError
 
             raise SomatizeKeyError(
                 f"no node named {name!r} in this graph; its nodes are {list(self._by_name)}"
@@ -142,7 +138,7 @@ class Graph:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         try:
-            from ._widgets import graph_bundle
+            from .._widgets import graph_bundle
         except ImportError:
             return {"text/plain": repr(self)}
         return graph_bundle(self, include=include, exclude=exclude)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import orjson
 
-from .._errors import SomatizeKeyError, SomatizeValueError
-from .._names import RUN_NAME, run_names
+from .._base.errors import SomatizeKeyError, SomatizeValueError
+from .._store.names import RUN_NAME, run_names
 
 SUMMARY = "summary.json"
 LOCK = "lock"
@@ -44,7 +44,7 @@ def store_root(store, create: bool = False) -> Path:
             f"{str(root)!r} is not a somatize store (no SOMATIZE file in it): pass the "
             f"folder a Store(path) or Recorder(path, ...) made"
         )
-    from .._store import StoreNotWritable, as_store
+    from .._store.store import StoreNotWritable, as_store
 
     store = as_store(store)
     if create and store.readonly:

@@ -4,7 +4,7 @@ that point at them.
 The rule kept here: nothing is ever half written. Every file is written to
 ``tmp/``, flushed to disk, then renamed into place, and the folder that holds
 it is flushed before anything points at it: an object before the manifest that
-references it, a manifest before the name (helpers in ``_files.py``). A crash
+references it, a manifest before the name (helpers in ``files.py``). A crash
 at any moment leaves whatever was visible before, plus at most some files in
 ``tmp/`` (harmless: ``check`` ignores them and opening a store sweeps those
 over an hour old). Several processes may keep into one store at once: objects
@@ -14,7 +14,7 @@ bytes onto one name.
 Layout (see docs/ARCHITECTURE.md)::
 
     SOMATIZE              marker: {"format": 1}
-    objects/ab/<62 hex>   immutable objects (format in _objects.py), read-only
+    objects/ab/<62 hex>   immutable objects (format in objects.py), read-only
     names/<name>          a ref: the text "sha256:<64 hex>"; a name may hold "/"
     runs/                 the record's (not touched here)
     tmp/                  temp files, renamed into place
@@ -25,7 +25,7 @@ A name and a folder of names cannot share a path (as in git): with
 Reading verifies every object against its checksum, so damage raises
 ``DamagedError`` and never returns torn or flipped bytes; an object under
 1 MiB is also re-hashed against its name (a whole file copied over another is
-refused); ``check`` (``_store_check.py``) re-hashes every object with sha256. Large objects are read by mapping the file
+refused); ``check`` (``check.py``) re-hashes every object with sha256. Large objects are read by mapping the file
 copy-on-write: no copy, and the returned arrays are writable without touching
 the file. This leans on objects being immutable, which the store guarantees
 for its own writes.
@@ -47,12 +47,12 @@ from pathlib import Path
 
 import orjson
 
-from . import _files
-from ._codecs import codec_named
-from ._errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from ._names import DIGEST, name_of, name_problem, run_names
-from ._objects import TREE, Damaged, build, parse, split
-from ._store_check import check as _check
+from . import files as _files
+from .._base.codecs import codec_named
+from .._base.errors import DamagedError, SomatizeError, StoreNotWritable, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from .names import DIGEST, name_of, name_problem, run_names
+from .objects import TREE, Damaged, build, parse, split
+from .check import check as _check
 
 FORMAT = 1
 _OWN = {"SOMATIZE", "objects", "names", "runs", "tmp"}
@@ -60,10 +60,6 @@ _HASH_WHILE_WRITING = 1 << 20  # bytes; below this a thread costs more than it s
 _STALE_TMP_S = 3600
 _WRITERS = 8  # threads writing the leaves of one value
 _CLOSE_AMONG = 5000  # names compared when suggesting close ones
-
-
-class StoreNotWritable(SomatizeError, PermissionError):
-    """The store's folder cannot be written, or was opened ``readonly=True``."""
 
 
 def digest_of(value):

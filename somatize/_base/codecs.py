@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._errors import SomatizeTypeError, SomatizeValueError
+from .errors import SomatizeTypeError, SomatizeValueError
 
 # Plain values a JSON header carries as they are.
 SCALARS = (type(None), bool, int, float, str)

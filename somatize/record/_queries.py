@@ -16,7 +16,7 @@ import operator
 
 import numpy as np
 
-from .._errors import DamagedError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from .._base.errors import DamagedError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
 from . import _log
 from ._recorder import TOOK
 from ._runs import INDEX, LOG, SERIES, existing_folder, flush_live, read_summary, store_root, summaries

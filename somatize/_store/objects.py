@@ -48,9 +48,9 @@ import struct
 import orjson
 import xxhash
 
-from ._codecs import codec_for, codec_named, how_to_register
-from ._errors import SomatizeTypeError, SomatizeValueError
-from ._values import Data, Opaque
+from .._base.codecs import codec_for, codec_named, how_to_register
+from .._base.errors import SomatizeTypeError, SomatizeValueError
+from .._base.values import Data, Opaque
 
 MAGIC = b"SMZ1"
 ALIGN = 64

@@ -1,0 +1,40 @@
+"""One exception family, in one place. Every error says what happened, names
+the offending thing, and says what to write instead.
+
+Each error a user may want to catch is public: ``somatize`` re-exports
+``SomatizeError``, ``NodeError``, ``WatcherError``, ``DamagedError`` and
+``StoreNotWritable``. The others subclass the matching builtin (``TypeError``,
+``ValueError``, ``KeyError``) and are caught as those."""
+
+
+class SomatizeError(Exception):
+    """Base of every error somatize raises on purpose."""
+
+
+class SomatizeTypeError(SomatizeError, TypeError):
+    pass
+
+
+class SomatizeValueError(SomatizeError, ValueError):
+    pass
+
+
+class SomatizeKeyError(SomatizeError, KeyError):
+    def __str__(self):  # KeyError quotes its message; ours is a sentence
+        return str(self.args[0]) if self.args else ""
+
+
+class DamagedError(SomatizeError, OSError):
+    """Something on disk does not read back as it was written."""
+
+
+class WatcherError(SomatizeError, RuntimeError):
+    """A watcher raised while being handed a fact."""
+
+
+class NodeError(SomatizeError, RuntimeError):
+    """A node's forward raised; the message names the node."""
+
+
+class StoreNotWritable(SomatizeError, PermissionError):
+    """The store's folder cannot be written, or was opened ``readonly=True``."""
