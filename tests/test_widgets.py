@@ -28,22 +28,30 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 class RecordingComm(BaseComm):
-    """A comm that keeps what a kernel would send to the front end, up to a
-    cap: a broken throttle fails the test, not the machine's memory."""
+    """A comm that keeps what a kernel would send to the front end, each
+    message with the time the test's clock says, up to a cap: a broken
+    throttle fails the test, not the machine's memory. `on_update`, when set,
+    runs as a status update is sent (what another thread may do meanwhile)."""
 
     sent = []
     CAP = 5_000
+    clock = staticmethod(lambda: None)
+    on_update = None
 
     def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
         if len(RecordingComm.sent) < self.CAP:
-            RecordingComm.sent.append((time.monotonic(), msg_type, data))
+            RecordingComm.sent.append((RecordingComm.clock(), msg_type, data))
+        if RecordingComm.on_update is not None and msg_type == "comm_msg":
+            RecordingComm.on_update(len(status_updates(RecordingComm.sent)))
 
 
 @pytest.fixture
 def recorded(monkeypatch):
     RecordingComm.sent = []
-    monkeypatch.setattr(comm, "create_comm", RecordingComm)
-    return RecordingComm.sent
+    RecordingComm.clock = staticmethod(lambda: None)
+    RecordingComm.on_update = None
+    monkeypatch.setattr(comm, "create_comm", RecordingComm)  # comm's own hook for a kernel's comm
+    return RecordingComm
 
 
 def status_updates(sent):
@@ -52,6 +60,59 @@ def status_updates(sent):
         for t, kind, data in sent
         if kind == "comm_msg" and data.get("method") == "update" and "status" in data.get("state", {})
     ]
+
+
+class FakeTime:
+    """A clock and timers that move only when the test says so: `clock()` is
+    `now`, and a timer fires when `advance_to` passes its moment."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.pending = []  # [when, fn]
+
+    def clock(self):
+        return self.now
+
+    def timer(self, wait, fn):
+        fake = self
+
+        class Timer:
+            def start(self):
+                fake.pending.append((fake.now + wait, fn))
+
+        return Timer()
+
+    def advance_to(self, t):
+        while due := [p for p in self.pending if p[0] <= t]:
+            first = min(due, key=lambda p: p[0])
+            self.pending.remove(first)
+            self.now = max(self.now, first[0])
+            first[1]()
+        self.now = t
+
+
+class JoinableTimer(threading.Timer):
+    """The default timer, remembered so that a test can wait for every one
+    (however long each takes) instead of sleeping."""
+
+    made = []
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        JoinableTimer.made.append(self)
+
+    @classmethod
+    def join_all(cls):
+        while cls.made:
+            cls.made.pop(0).join(60)  # a guard against a hang, not a measurement
+
+
+def displayed_live(recorded, fake=None, **kw):
+    live = Live(clock=fake.clock, timer=fake.timer, **kw) if fake else Live(timer=JoinableTimer, **kw)
+    if fake:
+        recorded.clock = fake.clock
+    live._repr_mimebundle_()  # displayed: from now on it sends
+    return live
 
 
 def trained(tmp_path, steps=300, watching=()):
@@ -124,75 +185,84 @@ def test_live_ignores_nonfinite_losses_for_best_and_picture():
     parse(live.to_html())
 
 
-def test_throttle_a_burst_of_a_million_facts(recorded):
-    live = Live(title="burst")
-    live._repr_mimebundle_()  # displayed: from now on it sends
-    began = time.monotonic()
-    feed(live, (1.0 / (i + 1) for i in range(200_000)))  # 5 facts a step: 1M facts
-    steps = 200_000
-    while time.monotonic() - began < 1.2:  # and on, so that the rate is seen over a second
-        feed(live, [0.5] * 1000)
-        steps += 1000
-    wall = time.monotonic() - began
-    time.sleep(3 * _live.INTERVAL_S)  # the armed timer sends the last state
-    updates = status_updates(recorded)
-    during = [u for u in updates if u[0] <= began + wall]
-    # the contract, written out: at most ten updates a second (not whatever
-    # INTERVAL_S happens to say), and the last one is the final state
-    assert len(during) <= 10 * wall + 2
-    gaps = [b[0] - a[0] for a, b in zip(updates, updates[1:])]
-    assert len(gaps) >= 8 and min(gaps) >= 0.1 * 0.9
+def test_throttle_sends_at_most_ten_a_second_each_with_the_state_of_its_moment(recorded):
+    fake = FakeTime()
+    live = displayed_live(recorded, fake)
+    for k in range(100):  # a step every 10 ms, between the tenths of a second
+        fake.advance_to(0.005 + 0.01 * k)
+        feed(live, [1.0 / (k + 1)])
+    fake.advance_to(5.0)
+    updates = status_updates(recorded.sent)
+    # the display sent its state at 0 s; each fact after waits for the next tenth
+    assert [t for t, _ in updates] == pytest.approx([0.1 * i for i in range(1, 11)])
+    assert [(u["steps"], u["last"]) for _, u in updates] == [(10 * i, 1.0 / (10 * i)) for i in range(1, 11)]
     assert updates[-1][1] == live.snapshot()
-    assert updates[-1][1]["steps"] == steps
+    live.end()
+    ended = status_updates(recorded.sent)
+    assert len(ended) == 11 and ended[-1][1]["state"] == "finished" and ended[-1][1] == live.snapshot()
+
+
+def test_throttle_a_burst_of_a_million_facts_is_one_send(recorded):
+    fake = FakeTime()
+    live = displayed_live(recorded, fake)
+    fake.advance_to(0.05)
+    feed(live, (1.0 / (i + 1) for i in range(200_000)))  # 5 facts a step: 1M facts in one instant
+    assert status_updates(recorded.sent) == []  # held back: the display sent 50 ms ago
+    fake.advance_to(1.0)
+    (update,) = status_updates(recorded.sent)
+    assert update[0] == pytest.approx(0.1) and update[1]["steps"] == 200_000 and update[1] == live.snapshot()
+
+
+def test_a_fact_after_a_quiet_interval_is_sent_at_once(recorded):
+    fake = FakeTime()
+    live = displayed_live(recorded, fake)
+    fake.advance_to(1.0)
+    live({"fact": "loss", "value": 5.0})
+    assert [u["last"] for _, u in status_updates(recorded.sent)] == [5.0] and fake.pending == []
 
 
 def test_the_last_state_arrives_without_another_fact(recorded):
-    live = Live()
-    live._repr_mimebundle_()
-    feed(live, [5.0])
-    feed(live, [4.0])  # within the interval: held back, a timer armed
-    time.sleep(3 * _live.INTERVAL_S)
-    assert status_updates(recorded)[-1][1]["last"] == 4.0
-
-
-class Interrupting:
-    """A view that, on its second update, is handed one more fact while the
-    update is being sent: what the training thread does while Live's timer
-    thread sends."""
-
-    def __init__(self, live, late_value):
-        self.live, self.late, self.statuses = live, late_value, []
-
-    @property
-    def status(self):
-        return self.statuses[-1]
-
-    @status.setter
-    def status(self, value):
-        self.statuses.append(value)
-        if len(self.statuses) == 2:  # the timer's send: the fact slips in now
-            self.live({"fact": "loss", "value": self.late})
+    fake = FakeTime()
+    live = displayed_live(recorded, fake)
+    fake.advance_to(1.0)
+    live({"fact": "loss", "value": 5.0})  # sent at once
+    fake.advance_to(1.05)
+    live({"fact": "loss", "value": 4.0})  # within the interval: held back, a timer armed
+    assert [u["last"] for _, u in status_updates(recorded.sent)] == [5.0]
+    fake.advance_to(2.0)  # no more facts: the timer sends it
+    assert [(t, u["last"]) for t, u in status_updates(recorded.sent)] == [(1.0, 5.0), (pytest.approx(1.1), 4.0)]
 
 
 def test_a_fact_that_slips_in_while_the_timer_sends_is_sent_after(recorded):
-    live = Live()
-    view = Interrupting(live, 3.0)
-    live._view = view
+    fake = FakeTime()
+    live = displayed_live(recorded, fake)
+    fake.advance_to(0.5)
     live({"fact": "loss", "value": 5.0})  # sent at once
+    fake.advance_to(0.55)
     live({"fact": "loss", "value": 4.0})  # within the interval: a timer is armed
-    time.sleep(5 * 0.1)  # no more facts from here: only a re-armed timer can send 3.0
-    assert [s["last"] for s in view.statuses] == [5.0, 4.0, 3.0]
-    assert view.statuses[-1] == live.snapshot()
+    # the timer's send, the second update: the training thread hands over a fact meanwhile
+    recorded.on_update = lambda n: live({"fact": "loss", "value": 3.0}) if n == 2 else None
+    fake.advance_to(5.0)  # no more facts from here: only a re-armed timer can send 3.0
+    updates = status_updates(recorded.sent)
+    assert [(t, u["last"]) for t, u in updates] == [(0.5, 5.0), (pytest.approx(0.6), 4.0), (pytest.approx(0.7), 3.0)]
+    assert updates[-1][1] == live.snapshot()
+
+
+def test_the_real_timer_sends_the_last_state(recorded):
+    live = displayed_live(recorded)  # the real clock and threading timers
+    feed(live, [5.0])
+    feed(live, [4.0])
+    JoinableTimer.join_all()  # however slow the machine, once every timer has run
+    assert status_updates(recorded.sent)[-1][1] == live.snapshot() and live.snapshot()["last"] == 4.0
 
 
 def test_facts_from_another_thread_still_end_in_the_final_state(recorded):
-    live = Live()
-    live._repr_mimebundle_()
+    live = displayed_live(recorded)
     worker = threading.Thread(target=feed, args=(live, [float(v) for v in range(50_000, 0, -1)]))
     worker.start()
     worker.join()
-    time.sleep(3 * _live.INTERVAL_S)
-    assert status_updates(recorded)[-1][1] == live.snapshot()
+    JoinableTimer.join_all()
+    assert status_updates(recorded.sent)[-1][1] == live.snapshot() and live.snapshot()["steps"] == 50_000
 
 
 def test_live_bundle_carries_widget_and_static_picture(tmp_path):

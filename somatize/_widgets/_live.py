@@ -85,10 +85,18 @@ class Live:
     `Live(title="training")` goes in `watching=` beside a `Recorder`; put
     `live` alone at the end of a cell to show it. It counts steps (one per
     `loss` fact), forwards and updates, and keeps the last and best loss.
+
+    `clock` and `timer` are for tests: `clock()` gives seconds (default
+    `time.monotonic`) and `timer(wait_s, fn)` returns an object with
+    `start()` that calls `fn` once `wait_s` seconds have passed (default
+    `threading.Timer`). A test hands in a fake pair and decides when time
+    passes, so it can count the sends exactly.
     """
 
-    def __init__(self, title="run"):
+    def __init__(self, title="run", *, clock=time.monotonic, timer=threading.Timer):
         self.title = str(title)
+        self._clock = clock
+        self._new_timer = timer
         self.steps = self.forwards = self.updates = 0
         self.last = None
         self.best = math.inf
@@ -117,7 +125,7 @@ class Live:
             self._curve.add(value)
         elif kind == "finished":
             self.forwards += 1
-            self._ended = time.monotonic()
+            self._ended = self._clock()
         elif kind == "updated":
             self.updates += 1
         self._version += 1
@@ -129,7 +137,7 @@ class Live:
             self._start()
 
     def _start(self):
-        now = time.monotonic()
+        now = self._clock()
         if self._began is None:
             self._began = now
         self._state, self.error = "running", None
@@ -184,7 +192,7 @@ class Live:
         self._state = "failed" if error is not None else "finished"
         self.error = None if error is None else type(error).__name__
         if self._ended is None:
-            self._ended = time.monotonic()
+            self._ended = self._clock()
         self.flush()
         for handle in self._displays:
             handle.update(self._bundle(), raw=True)
@@ -194,15 +202,15 @@ class Live:
         with self._lock:
             if self._timer is not None:
                 return
-            wait = self._due - time.monotonic()
+            wait = self._due - self._clock()
             if wait <= 0:
                 self._send()
             else:
                 self._arm(wait)
 
     def _arm(self, wait):
-        self._timer = threading.Timer(wait, self._fire)
-        self._timer.daemon = True
+        self._timer = self._new_timer(wait, self._fire)
+        self._timer.daemon = True  # a pending send never keeps the process alive
         self._timer.start()
 
     def _fire(self):
@@ -214,7 +222,7 @@ class Live:
                 self._arm(INTERVAL_S)
 
     def _send(self):
-        self._due = time.monotonic() + INTERVAL_S
+        self._due = self._clock() + INTERVAL_S
         if self._view is not None:
             self._view.status = self.snapshot()
 
