@@ -3,6 +3,7 @@ static pictures, progress, spent and the graph panel, read back from real
 stores written by real runs."""
 
 import math
+import re
 import subprocess
 import sys
 import threading
@@ -129,6 +130,22 @@ def trained(tmp_path, steps=300, watching=()):
         losses.append(trainer.step((x, x @ truth)))
     recorder.close()
     return g, store, losses
+
+
+UNITS = {"µs": 1, "ms": 1e3, "s": 1e6}
+
+
+def text_of(element):
+    return "".join(element.itertext())
+
+
+def durations(text):
+    """Every duration written in `text`, in µs, as a reader reads them."""
+    return [float(v.replace(",", "")) * UNITS[u] for v, u in re.findall(r"(\d[\d.,]*) (µs|ms|s)\b", text)]
+
+
+def percents(text):
+    return [float(v) / 100 for v in re.findall(r"(\d+(?:\.\d+)?)%", text)]
 
 
 def parse(html):
@@ -393,15 +410,42 @@ def test_progress_hovers_values_and_zooms(tmp_path):
 # --- spent ------------------------------------------------------------------------
 
 
-class Busy(Node):
-    def __init__(self, us):
-        self.us = us
-
+class Step(Node):
     def forward(self, x, ctx):
-        end = time.perf_counter() + self.us / 1e6
-        while time.perf_counter() < end:
-            pass
         return (sum(x) if isinstance(x, tuple) else x) + 1
+
+
+def twenty_graph():
+    """Twenty nodes with branches; one is named "slow"."""
+    nodes = [Step().named(f"n{i:02d}") for i in range(19)]
+    expr = nodes[0] >> [nodes[1] >> nodes[2], nodes[3] >> Step().named("slow"), nodes[4]] >> nodes[5]
+    for n in nodes[6:]:
+        expr = expr >> n
+    return Graph.somatize(expr)
+
+
+SLOW_US, FAST_US, ENGINE_US = 3000, 30, 200
+
+
+def took(name, i, forward):
+    """The chosen time of node `i` (in run order) in `forward`: all different, "slow" a hundred times the rest."""
+    return (SLOW_US if name == "slow" else FAST_US) + i + 7 * forward
+
+
+def twenty(tmp_path, forwards=5):
+    """The twenty-node graph and a record of `forwards` forwards of it, made
+    of the facts an engine hands a Recorder, with chosen times (no clock)."""
+    g = twenty_graph()
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for f in range(forwards):
+            rec.forward_began()
+            at = 0
+            for i, node in enumerate(g.nodes):
+                rec({"fact": "ran", "node": node.name, "began_us": at, "took_us": took(node.name, i, f)})
+                at += took(node.name, i, f)
+            rec({"fact": "finished", "took_us": at + ENGINE_US})
+    return g, store
 
 
 def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
@@ -412,22 +456,9 @@ def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
     root = parse(s._repr_mimebundle_()["text/html"])
     bars = root.findall(f".//{SVG}rect[@class='bar']")
     assert len(bars) == 21  # twenty nodes and the engine
+    assert [b.get("data-node") for b in bars if b.get("fill") == _svg.SLOW] == ["slow"]
     spans = root.findall(f".//{SVG}rect[@class='span']")
     assert len(spans) == 20
-
-
-def twenty(tmp_path, forwards=5):
-    """A twenty-node graph with branches, one node a hundred times slower, recorded."""
-    nodes = [Busy(30).named(f"n{i:02d}") for i in range(19)]
-    expr = nodes[0] >> [nodes[1] >> nodes[2], nodes[3] >> Busy(3000).named("slow"), nodes[4]] >> nodes[5]
-    for n in nodes[6:]:
-        expr = expr >> n
-    g = Graph.somatize(expr)
-    store = Store(tmp_path / "s")
-    with Recorder(store, run="r") as rec:
-        for _ in range(forwards):
-            g.forward(0, watching=rec)
-    return g, store
 
 
 def test_spent_totals_and_means_are_the_records_own(tmp_path):
@@ -490,11 +521,19 @@ def test_spent_on_the_graph_marks_the_slow_node_with_the_records_times(tmp_path)
     for name, e in nodes.items():
         if name in ("input", "output"):
             continue
-        text = "".join(e.find(f"{SVG}text[@class='timing']").itertext())
-        assert text.startswith(_svg.duration_us(rows[name]["mean_us"]))
-        assert _svg.duration_us(last[name]) in e.find(f"{SVG}title").text
+        # what a reader reads on the node and in its hover text, against the record
+        (mean,), (share,) = durations(text_of(e.find(f"{SVG}text[@class='timing']"))), \
+            percents(text_of(e.find(f"{SVG}text[@class='timing']")))
+        assert mean == pytest.approx(rows[name]["mean_us"], rel=0.005)
+        assert share == pytest.approx(rows[name]["share"], abs=0.005)
+        tip = e.find(f"{SVG}title").text
+        assert durations(tip) == pytest.approx([rows[name]["mean_us"], last[name]], rel=0.005)
+        assert "in forward 4" in tip
         widths[name] = float(e.find(f"{SVG}rect[@class='share']").get("width"))
-    assert max(widths, key=widths.get) == "slow" and widths["slow"] > 50 * widths["n10"]
+    assert max(widths, key=widths.get) == "slow"
+    # the bar along a node's foot is its share of the run
+    per_share = widths["slow"] / rows["slow"]["share"]
+    assert all(w == pytest.approx(max(1.5, rows[n]["share"] * per_share), abs=0.1) for n, w in widths.items())
 
 
 def test_panels_read_without_importing_jupyter(tmp_path):
@@ -572,14 +611,18 @@ def test_a_graph_displayed_alone_shows_structure_and_no_times():
 
 
 def test_a_graph_last_run_under_a_recorder_shows_that_runs_times(tmp_path):
-    g, store = twenty(tmp_path)  # run under a Recorder of run "r"
+    g, store = twenty_graph(), Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for _ in range(3):
+            g.forward(0, watching=rec)
     root = parse(g._repr_mimebundle_()["text/html"])
-    timed = {e.get("data-node"): "".join(e.find(f"{SVG}text[@class='timing']").itertext())
+    timed = {e.get("data-node"): text_of(e.find(f"{SVG}text[@class='timing']"))
              for e in root.iter(f"{SVG}g") if e.get("data-node") not in (None, "input", "output")}
     rows = {r["label"]: r for r in spent(store, run="r").rows}
     assert len(timed) == 20
-    assert all(text.startswith(_svg.duration_us(rows[name]["mean_us"])) for name, text in timed.items())
-    assert "times from run 'r'" in "".join(root.itertext())
+    for name, text in timed.items():  # whatever the times were, the record's are the ones shown
+        assert durations(text) == pytest.approx([rows[name]["mean_us"]], rel=0.005)
+    assert "times from run 'r'" in text_of(root)
     g.forward(0, watching=[lambda fact: None])  # watched again, by no Recorder: no times
     assert parse(g._repr_mimebundle_()["text/html"]).find(f".//{SVG}text[@class='timing']") is None
 
