@@ -3,12 +3,10 @@ static pictures, progress, spent and the graph panel, read back from real
 stores written by real runs."""
 
 import math
-import re
 import subprocess
 import sys
 import threading
 import time
-import xml.etree.ElementTree as ET
 
 import comm
 import numpy as np
@@ -23,9 +21,9 @@ from somatize._widgets._graph import describe
 from somatize.record import Live, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
+from pictures import SVG, curve, durations, parse, percents, reads_as, stats, text_of
 from torch_models import Body, Head
 
-SVG = "{http://www.w3.org/2000/svg}"
 
 
 class RecordingComm(BaseComm):
@@ -130,26 +128,6 @@ def trained(tmp_path, steps=300, watching=()):
         losses.append(trainer.step((x, x @ truth)))
     recorder.close()
     return g, store, losses
-
-
-UNITS = {"µs": 1, "ms": 1e3, "s": 1e6}
-
-
-def text_of(element):
-    return "".join(element.itertext())
-
-
-def durations(text):
-    """Every duration written in `text`, in µs, as a reader reads them."""
-    return [float(v.replace(",", "")) * UNITS[u] for v, u in re.findall(r"(\d[\d.,]*) (µs|ms|s)\b", text)]
-
-
-def percents(text):
-    return [float(v) / 100 for v in re.findall(r"(\d+(?:\.\d+)?)%", text)]
-
-
-def parse(html):
-    return ET.fromstring(html)  # the static pictures are well-formed XML, or this raises
 
 
 def feed(live, losses):
@@ -280,6 +258,32 @@ def test_facts_from_another_thread_still_end_in_the_final_state(recorded):
     worker.join()
     JoinableTimer.join_all()
     assert status_updates(recorded.sent)[-1][1] == live.snapshot() and live.snapshot()["steps"] == 50_000
+
+
+@pytest.mark.parametrize("losses, log", [
+    ([1.0 / (i + 1) for i in range(300)], True),  # spans more than two decades: a log axis
+    ([2.0 + math.sin(i / 20) for i in range(300)], False),
+])
+def test_a_300_step_live_picture_shows_its_numbers_and_curve(losses, log):
+    fake = FakeTime()
+    live = Live(title="t", clock=fake.clock, timer=fake.timer)
+    for i, v in enumerate(losses):
+        fake.advance_to(0.01 * i)
+        feed(live, [v])
+    root = parse(live.to_html())
+    shown = stats(root)
+    assert reads_as(shown["steps"], 300) and shown["steps"] == "300"
+    # a loss to four significant digits: enough to see it still falling
+    assert reads_as(shown["last loss"], losses[-1], 4) and reads_as(shown["best loss"], min(losses), 4)
+    assert reads_as(shown["steps/s"], 300 / 2.99)  # the clock said 2.99 s from the first forward to the last
+    assert durations(shown["elapsed"]) == pytest.approx([2.99e6], abs=0.05e6)
+    svg = root.find(f"{SVG}svg")
+    assert ("loss (log scale)" if log else "loss") in [text_of(t) for t in svg.iter(f"{SVG}text")]
+    read, (dx, dy) = curve(svg, log=log)
+    assert len(read) == 300
+    for step, ((x, y), v) in enumerate(zip(read, losses)):  # every step where it belongs, at its loss
+        assert abs(x - step) <= dx
+        assert abs(math.log10(y) - math.log10(v)) <= dy if log else abs(y - v) <= dy
 
 
 def test_live_bundle_carries_widget_and_static_picture(tmp_path):
@@ -475,6 +479,44 @@ def test_spent_totals_and_means_are_the_records_own(tmp_path):
     engine = rows["engine (outside nodes)"]
     assert engine["kind"] == "engine" and engine["total_us"] == finished - sum(oracle.values())
     assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0)
+
+
+def test_spent_bars_say_the_records_numbers(tmp_path):
+    g, store = twenty(tmp_path, forwards=3)
+    rows = {r["label"]: r for r in spent(store, run="r").rows}
+    svg = parse(spent(store, run="r").to_html()).find(f".//{SVG}svg")
+    items = list(svg)
+    bars = [(i, e) for i, e in enumerate(items) if e.get("class") == "bar"]
+    assert len(bars) == 21
+    for i, bar in bars:  # label left of the bar, its numbers right of it
+        row = rows[text_of(items[i - 1])]
+        said = text_of(items[i + 1])
+        assert durations(said) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
+        assert percents(said) == pytest.approx([row["share"]], abs=0.005)
+        assert durations(text_of(bar.find(f"{SVG}title"))) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
+    widths = {e.get("data-node"): float(e.get("width")) for _, e in bars}
+    per_us = widths["slow"] / rows["slow"]["total_us"]  # the longest bar
+    assert all(w == pytest.approx(max(1.0, rows[n]["total_us"] * per_us), abs=0.1) for n, w in widths.items())
+
+
+def test_a_nodes_max_is_its_slowest_run_not_its_cache_write(tmp_path):
+    from somatize.record import nodes
+
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        for took_us in (10, 40):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": took_us})
+            rec({"fact": "kept", "node": "body", "took_us": 500})  # writing its output to the cache
+            rec({"fact": "finished", "took_us": 600})
+        rec.forward_began()
+        rec({"fact": "recalled", "node": "body", "began_us": 0, "took_us": 30})
+        rec({"fact": "finished", "took_us": 35})
+    (row,) = nodes(store, run="r").to_dict("records")
+    assert (row["ran"], row["recalled"], row["kept"], row["max_us"]) == (2, 1, 2, 40)
+    assert row["total_us"] == 10 + 40 + 30 + 2 * 500  # the cache writes are the node's time too
+    (bar,) = [r for r in spent(store, run="r").rows if r["kind"] == "node"]
+    assert bar["total_us"] == row["total_us"] and bar["count"] == 3
 
 
 def test_spent_shows_the_trainers_own_time_as_a_grey_bar(tmp_path):
