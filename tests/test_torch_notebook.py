@@ -11,6 +11,8 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpec
 from nbclient import NotebookClient
 
+from pictures import SVG, curve, parse, stats
+
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
 
 
@@ -64,7 +66,10 @@ def test_notebook_03_runs_and_shows_what_it_says():
     assert graph["text/plain"] == "Graph(body >> head)"
     assert 'data-node="body"' in graph["text/html"] and 'data-node="head"' in graph["text/html"]
     (live,) = displayed(out["live"])
-    assert "300 steps" in live["text/plain"] and "text/html" in live
+    picture = parse(live["text/html"])
+    assert stats(picture)["steps"] == "300" and "300 steps" in live["text/plain"]
+    read, (dx, _) = curve(picture.find(f"{SVG}svg"), log="log scale" in live["text/html"])
+    assert [round(x) for x, _ in read] == list(range(300)) and all(abs(x - round(x)) <= dx for x, _ in read)
     (progress,) = displayed(out["progress"])
     assert "'a-run': 300 steps" in progress["text/plain"] and "text/html" in progress
     (spent,) = displayed(out["spent"])

@@ -3,10 +3,13 @@ a saved notebook stays small after 100k steps, the JavaScript shipped in the
 package is the source in js/widgets, and notebooks 01 and 02 run."""
 
 import json
+import math
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from pictures import SVG, curve, parse, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,12 +47,19 @@ def test_a_saved_notebook_after_100k_steps_stays_small(tmp_path):
     )
     assert path.stat().st_size < 1_000_000
     # The picture displayed before the loop was brought up to date when its cell ended.
-    during, after = html_outputs(nb.cells[1]), html_outputs(nb.cells[2])
-    assert "100,000" in during[0] and "finished" in during[0]
-    assert "100,000" in after[0]
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     live_states = [m["state"]["status"] for m in state.values() if "status" in m["state"]]
     assert live_states and live_states[0]["steps"] == 100_000 and live_states[0]["state"] == "finished"
+    saved = live_states[0]
+    for html in html_outputs(nb.cells[1]) + html_outputs(nb.cells[2]):
+        root = parse(html)
+        assert stats(root)["steps"] == "100,000"
+        assert root.find(".//span").text == "finished"  # the state's badge
+        read, (dx, dy) = curve(root.find(f"{SVG}svg"), log=True)  # 1 down to 1e-5: a log axis
+        assert len(read) == len(saved["curve"])  # the curve saved, bucketed, not 100k points
+        for (x, y), (step, mean, _, _) in zip(read, saved["curve"]):
+            assert abs(x - step) <= dx and abs(math.log10(y) - math.log10(mean)) <= dy
+        assert saved["curve"][-1][0] > 99_000  # it reaches the last steps
 
 
 def test_a_cell_that_raises_leaves_live_failed(tmp_path):
