@@ -3,6 +3,7 @@ static pictures, progress, spent and the graph panel, read back from real
 stores written by real runs."""
 
 import math
+import re
 import subprocess
 import sys
 import threading
@@ -16,8 +17,6 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Opaque, Recorder, Store
-from somatize._widgets import _live, _progress, _svg
-from somatize._widgets._graph import describe
 from somatize.record import Live, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
@@ -157,19 +156,20 @@ def test_live_counts_a_real_run(tmp_path):
 
 def test_live_curve_stays_bounded_and_keeps_the_mean():
     values = [math.sin(i / 50) + 2 for i in range(1_000_003)]
-    curve = _live.Curve(size=512)
+    live = Live()
     for v in values:
-        curve.add(v)
-    pts = curve.points()
-    assert len(pts) <= 513
-    # Oracle: each closed bucket is the plain mean, min and max of its stride of steps.
-    stride = curve.stride
-    arr = np.array(values[: len(curve.mean) * stride]).reshape(-1, stride)
-    assert np.allclose(curve.mean, arr.mean(axis=1))
-    assert np.allclose(curve.lo, arr.min(axis=1)) and np.allclose(curve.hi, arr.max(axis=1))
-    # the open bucket sits at its middle step, steps counted from 0
-    assert pts[-1][0] == pytest.approx(len(curve.mean) * stride + (len(values) - arr.size - 1) / 2)
-    assert pts[0][0] == pytest.approx((stride - 1) / 2)
+        live({"fact": "loss", "value": v})
+    snap = live.snapshot()
+    pts, stride = snap["curve"], snap["stride"]
+    assert len(pts) <= 513 and stride > 1  # a million steps, sent as at most 512 buckets and the open one
+    # Oracle: each closed bucket is the plain mean, min and max of its stride of steps, at its middle step.
+    closed = len(values) // stride
+    arr = np.array(values[: closed * stride]).reshape(-1, stride)
+    steps, mean, lo, hi = np.array(pts[:closed]).T
+    assert np.allclose(mean, arr.mean(axis=1)) and np.allclose(lo, arr.min(axis=1)) and np.allclose(hi, arr.max(axis=1))
+    assert np.allclose(steps, np.arange(closed * stride).reshape(-1, stride).mean(axis=1))  # from 0
+    rest = values[closed * stride:]
+    assert pts[closed:] == [pytest.approx((closed * stride + (len(rest) - 1) / 2, np.mean(rest), min(rest), max(rest)))]
 
 
 def test_live_ignores_nonfinite_losses_for_best_and_picture():
@@ -302,19 +302,52 @@ def test_live_bundle_carries_widget_and_static_picture(tmp_path):
 # --- progress --------------------------------------------------------------------
 
 
-def test_thinned_is_bucket_means():
-    values = np.arange(10_000, dtype=float) ** 0.5
-    x, y = _progress.thinned(values, points=100)
-    assert len(y) == 100
-    assert np.allclose(y, values.reshape(100, 100).mean(axis=1))
-    # steps count from 1, as Live counts them
-    assert np.allclose(x, np.arange(1, 10_001).reshape(100, 100).mean(axis=1))
+def recorded_losses(tmp_path, losses, run="r"):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run=run) as rec:
+        for v in losses:
+            rec.forward_began()
+            rec({"fact": "finished", "took_us": 1})
+            rec({"fact": "loss", "value": v})
+    return store
 
 
-def test_smoothing_keeps_a_constant_and_lags_a_step():
-    assert np.allclose(_progress.smoothed(np.full(50, 3.0), 0.9), 3.0)
-    jump = _progress.smoothed(np.r_[np.zeros(10), np.ones(10)], 0.5)
-    assert 0 < jump[10] < 1 and jump[-1] == pytest.approx(1, abs=1e-3)
+def ema(values, weight):
+    """The oracle: each point the mean of all before it, weighted weight**age."""
+    out, acc, norm = [], 0.0, 0.0
+    for v in values:
+        acc, norm = weight * acc + v, weight * norm + 1
+        out.append(acc / norm)
+    return np.array(out)
+
+
+LONG = np.arange(10_000, dtype=float) ** 0.5 + np.sin(np.arange(10_000))
+
+
+def test_a_long_curve_is_drawn_as_bucket_means_at_their_mean_step(tmp_path):
+    fig, *_ = figure_parts(progress(recorded_losses(tmp_path, LONG), run="r"))
+    # at most 2000 points sent: ten thousand steps in buckets of five, steps from 0
+    assert np.allclose(fig.marks[0].y, LONG.reshape(2000, 5).mean(axis=1))
+    assert np.allclose(fig.marks[0].x, np.arange(10_000).reshape(2000, 5).mean(axis=1))
+
+
+def test_smoothing_is_applied_to_every_step_before_the_curve_is_thinned(tmp_path):
+    p = progress(recorded_losses(tmp_path, LONG), run="r")
+    fig, _, smooth, _ = figure_parts(p)
+    smooth.value = 0.9
+    assert np.allclose(fig.marks[0].y, ema(LONG, 0.9).reshape(2000, 5).mean(axis=1))
+    smooth.value = 0.0
+    assert np.allclose(fig.marks[0].y, LONG.reshape(2000, 5).mean(axis=1))
+
+
+def test_smoothing_keeps_a_constant_and_lags_a_step(tmp_path):
+    losses = np.r_[np.full(10, 3.0), np.full(10, 4.0)]
+    fig, _, smooth, _ = figure_parts(progress(recorded_losses(tmp_path, losses), run="r"))
+    smooth.value = 0.5
+    y = np.asarray(fig.marks[0].y)
+    assert np.allclose(y[:10], 3.0)  # debiased: the first points are not pulled towards 0
+    assert 3 < y[10] < 4 and y[-1] == pytest.approx(4, abs=1e-3)
+    assert np.allclose(y, ema(losses, 0.5))
 
 
 def two_runs(tmp_path):
@@ -389,14 +422,14 @@ def test_progress_starts_in_log_scale_when_the_loss_spans_decades(tmp_path):
     assert log.value and type(fig.axes[1].scale).__name__ == "LogScale"
 
 
-def test_progress_smoothing_redraws_the_line_from_the_full_curve(tmp_path):
+def test_progress_smoothing_redraws_every_run(tmp_path):
     p = progress(two_runs(tmp_path), run=["small", "big"])
     fig, _, smooth, _ = figure_parts(p)
     smooth.value = 0.9
-    for line, (x, y) in zip(fig.marks[:2], p.thin.values()):
-        assert np.allclose(line.y, _progress.smoothed(y, 0.9))
+    for line, scale in zip(fig.marks[:2], (1.0, 10.0)):
+        assert np.allclose(line.y, ema([scale / (i + 1) for i in range(30)], 0.9))
     smooth.value = 0.0
-    assert np.allclose(fig.marks[1].y, p.thin["big"][1])
+    assert np.allclose(fig.marks[1].y, [10.0 / (i + 1) for i in range(30)])
 
 
 def test_progress_hovers_values_and_zooms(tmp_path):
@@ -460,7 +493,8 @@ def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
     root = parse(s._repr_mimebundle_()["text/html"])
     bars = root.findall(f".//{SVG}rect[@class='bar']")
     assert len(bars) == 21  # twenty nodes and the engine
-    assert [b.get("data-node") for b in bars if b.get("fill") == _svg.SLOW] == ["slow"]
+    fills = [b.get("fill") for b in bars if b.get("data-kind") == "node"]
+    assert [b.get("data-node") for b in bars if fills.count(b.get("fill")) == 1] == ["slow"]  # one colour of its own
     spans = root.findall(f".//{SVG}rect[@class='span']")
     assert len(spans) == 20
 
@@ -533,9 +567,9 @@ def test_spent_shows_the_trainers_own_time_as_a_grey_bar(tmp_path):
     assert (trainer["total_us"], trainer["mean_us"], trainer["count"]) == (1000, 250, 4)
     assert s.rows[0] is trainer and s.slowest == "body"  # the longest bar, yet not a node
     root = parse(s.to_html())
-    bar = root.find(f".//{SVG}rect[@data-kind='trainer']")
-    assert bar.get("fill") == _svg.OVERHEAD and "Trainer" in "".join(root.itertext())
-    assert root.find(f".//{SVG}rect[@data-node='body']").get("fill") == _svg.SLOW
+    fill = {b.get("data-kind"): b.get("fill") for b in root.iter(f"{SVG}rect") if b.get("class") == "bar"}
+    assert fill["trainer"] == fill["engine"] != fill["node"]  # grey: time outside the nodes
+    assert "Trainer" in text_of(root)
 
 
 def test_spent_timeline_is_the_last_forward_in_order(tmp_path):
@@ -600,34 +634,51 @@ class Plus(Node):
         return x
 
 
+def drawn(g):
+    """The graph's picture as a reader sees it: each node's box (x, y, w, h)
+    and each edge's path, as [(command, [points])]."""
+    root = parse(g._repr_mimebundle_()["text/html"])
+    boxes = {e.get("data-node"): tuple(float(e.find(f"{SVG}rect").get(k)) for k in ("x", "y", "width", "height"))
+             for e in root.iter(f"{SVG}g") if e.get("data-node")}
+    edges = {(p.get("data-from"), p.get("data-to")):
+             [(cmd, [tuple(map(float, xy.split(","))) for xy in args.split()])
+              for cmd, args in re.findall(r"([MCL])([^MCL]*)", p.get("d"))]
+             for p in root.iter(f"{SVG}path") if p.get("class") == "edge"}
+    return root, boxes, edges
+
+
 def test_graph_layout_points_every_edge_down_and_never_overlaps():
     a, b = Plus().named("a"), Plus().named("b")
     branches = [Plus().named(f"m{i}") >> Plus().named(f"k{i}") for i in range(4)]
     g = Graph.somatize(a >> branches >> b >> Plus().frozen().named("tail"))
-    d = describe(g)
-    by = {n["id"]: n for n in d["nodes"]}
+    root, boxes, edges = drawn(g)
+    assert set(edges) == {*g.edges, *((o, "output") for o in g.outputs), ("input", "a")}
     # every edge leaves the foot of one box and enters the top of a lower one
-    assert all(by[e["to"]]["y"] > by[e["from"]]["y"] + by[e["from"]]["h"] for e in d["edges"])
-    boxes = [(n["x"], n["y"], n["h"]) for n in d["nodes"]]
-    for i, (x1, y1, h1) in enumerate(boxes):
-        for x2, y2, h2 in boxes[i + 1:]:
-            apart_x = abs(x1 - x2) >= d["node_w"]
-            apart_y = y1 + h1 <= y2 or y2 + h2 <= y1
-            assert apart_x or apart_y
-    assert by["tail"]["frozen"] and by["tail"]["fingerprint"] == g.fingerprints()["tail"]
+    for (src, dst), path in edges.items():
+        (x1, y1), (x2, y2) = path[0][1][0], path[-1][1][-1]
+        sx, sy, sw, sh = boxes[src]
+        dx, dy, dw, _ = boxes[dst]
+        assert (x1, y1) == (sx + sw / 2, sy + sh) and x2 == dx + dw / 2 and sy + sh < y2 < dy
+    placed = list(boxes.values())
+    for i, (x1, y1, w1, h1) in enumerate(placed):
+        for x2, y2, w2, h2 in placed[i + 1:]:
+            assert abs(x1 - x2) >= w1 or y1 + h1 <= y2 or y2 + h2 <= y1
+    assert root.find(f".//{SVG}g[@data-node='tail']/{SVG}rect[@class='badge-frozen']") is not None
 
 
 def test_an_edge_that_skips_layers_runs_beside_the_nodes_it_passes():
     a, b, c = Plus().named("a"), Plus().named("b"), Plus().named("c")
     g = Graph.somatize(a >> [b >> c >> Plus().named("d"), Plus().named("short")] >> Plus().named("join"))
-    d = describe(g)
-    long = next(e for e in d["edges"] if e["from"] == "short")
-    assert len(long["via"]) == 2  # "short" feeds "join" two layers further down
-    for vx, top, foot in long["via"]:
-        for n in d["nodes"]:
-            beside = vx < n["x"] or vx > n["x"] + d["node_w"]
-            apart = foot <= n["y"] or top >= n["y"] + n["h"]
-            assert beside or apart, f"the edge short -> join passes behind {n['id']}"
+    _, boxes, edges = drawn(g)
+    path = edges[("short", "join")]
+    straight = [(path[i - 1][1][-1], pts[0]) for i, (cmd, pts) in enumerate(path) if cmd == "L"]
+    assert len(straight) == 2  # "short" feeds "join" two layers further down: straight through both
+    for (vx, top), (vx2, foot) in straight:
+        assert vx == vx2 and foot > top
+        for name, (x, y, w, h) in boxes.items():
+            beside = vx < x or vx > x + w
+            apart = foot <= y or top >= y + h
+            assert beside or apart, f"the edge short -> join passes behind {name}"
 
 
 def test_displaying_a_graph_shows_nodes_edges_and_badges():

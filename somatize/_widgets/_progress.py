@@ -20,33 +20,35 @@ from . import _svg
 POINTS = 2000
 
 
-def thinned(values, points=POINTS, steps=None):
+def thinned(values, steps, points=POINTS):
     """(steps, means): at most `points` bucket means of `values`, each at the
-    mean step of its bucket (`steps` default 1, 2, …, as `Live` counts them).
-    Non-finite values are dropped first."""
-    values = np.asarray(values, dtype=np.float64)
-    steps = np.arange(1, len(values) + 1, dtype=np.float64) if steps is None else np.asarray(steps, np.float64)
-    keep = np.isfinite(values)
-    values, steps = values[keep], steps[keep]
+    mean step of its bucket."""
+    values, steps = np.asarray(values, dtype=np.float64), np.asarray(steps, dtype=np.float64)
     if len(values) <= points:
         return steps, values
     edges = np.linspace(0, len(values), points + 1).astype(np.int64)
-    sums = np.add.reduceat(values, edges[:-1])
     counts = np.diff(edges)
-    return np.add.reduceat(steps, edges[:-1]) / counts, sums / counts
+    return np.add.reduceat(steps, edges[:-1]) / counts, np.add.reduceat(values, edges[:-1]) / counts
+
+
+def finite(curve):
+    """(steps, values) of a curve's finite values. A step is the fact's place
+    in the curve, from 0 like forwards and `Live` (with micro=N a step spans N
+    forwards, so it is not the curve's index)."""
+    values = curve.to_numpy(dtype=np.float64)
+    keep = np.isfinite(values)
+    return np.arange(len(values), dtype=np.float64)[keep], values[keep]
 
 
 def smoothed(values, weight):
-    """Exponential moving average, debiased (the first points are not pulled to 0)."""
+    """Exponential moving average, debiased (the first points are not pulled
+    to 0): pandas' `ewm(alpha=1 - weight, adjust=True)`."""
+    values = np.asarray(values, dtype=np.float64)
     if weight <= 0 or len(values) == 0:
-        return np.asarray(values, dtype=np.float64)
-    out = np.empty(len(values))
-    acc, norm = 0.0, 0.0
-    for i, v in enumerate(values):
-        acc = weight * acc + (1 - weight) * v
-        norm = weight * norm + (1 - weight)
-        out[i] = acc / norm
-    return out
+        return values
+    import pandas as pd
+
+    return pd.Series(values).ewm(alpha=1 - weight, adjust=True).mean().to_numpy()
 
 
 class Progress:
@@ -59,15 +61,19 @@ class Progress:
         self.name = name
         self.runs = runs
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        # A curve is indexed by forward; a step is the fact's place in it, from
-        # 0 like forwards (with micro=N a step spans N forwards).
-        self.thin = {run: thinned(c.to_numpy(), steps=np.arange(len(c))) for run, c in self.curves.items()}
+        self._finite = {run: finite(c) for run, c in self.curves.items()}
+        self.thin = {run: self.line(run) for run in runs}
         self._box = None
 
-    def _series(self, smoothing=0.0):
+    def line(self, run, smoothing=0.0):
+        """(steps, values) drawn for `run` with `smoothing` (0 to 1): the full
+        curve smoothed, then thinned."""
+        steps, values = self._finite[run]
+        return thinned(smoothed(values, smoothing), steps)
+
+    def _series(self):
         return [
-            {"name": run, "color": _svg.SERIES[i % len(_svg.SERIES)],
-             "points": list(zip(x.tolist(), smoothed(y, smoothing).tolist()))}
+            {"name": run, "color": _svg.SERIES[i % len(_svg.SERIES)], "points": list(zip(x.tolist(), y.tolist()))}
             for i, (run, (x, y)) in enumerate(self.thin.items())
         ]
 
@@ -158,8 +164,8 @@ def _figure(p):
         log.icon = "check" if change["new"] else ""
 
     def resmooth(change):
-        for line, (x, y) in zip(lines, p.thin.values()):
-            line.y = smoothed(y, change["new"])
+        for line, run in zip(lines, p.thin):
+            line.y = p.line(run, change["new"])[1]
 
     def rezoom(_):
         for s in (x_scale, *scales.values()):
