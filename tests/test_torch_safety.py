@@ -4,17 +4,19 @@ can run code, whoever wrote the store."""
 
 import ast
 import hashlib
+import json
 import pathlib
+import struct
 import subprocess
 import sys
 
 import pytest
 import torch
+import xxhash
 
 import somatize
 import somatize.torch  # noqa: F401
 from somatize import SomatizeError, Store
-from somatize._store.objects import Encoded
 
 MIB = 1 << 20
 
@@ -26,11 +28,18 @@ import re, sys
 import torch
 import somatize.torch
 from somatize import Graph, Node, Opaque, Store
-from somatize.torch._codec import digest_tensors
+from somatize.torch import freeze
 
 class Total(Node):
     def forward(self, x, ctx):
         return float(x.sum())
+
+class Hold(Node):
+    def __init__(self, w):
+        self.w = w
+
+    def forward(self, x, ctx):
+        return x
 
 how, folder = sys.argv[1], sys.argv[2]
 t = torch.ones(32 << 20)  # 128 MiB of float32
@@ -39,7 +48,8 @@ if how == "transposed":  # a control: this one has to be copied to be read in C 
 store = Store(folder)
 g = Graph.somatize(Total().named("total").frozen().cached())
 small = torch.ones(4)
-digest_tensors({"w": small}), store.digest_of(small), g.forward(Opaque(small), store=store)  # warm
+freeze(Graph.somatize(Hold(small).named("w").frozen())), store.digest_of(small), g.forward(Opaque(small), store=store)  # warm
+held = Graph.somatize(Hold(t).named("w").frozen())
 
 def status(key):
     return int(re.search(key + r":\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
@@ -48,7 +58,7 @@ with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak (VmHWM) starts again from what is resident now
 before = status("VmRSS")
 if how in ("freeze", "transposed"):
-    digest_tensors({"w": t})  # what freeze(g) takes of a node's weights
+    freeze(held)  # takes the digest of the node's weights
 else:
     g.forward(Opaque(t), store=store)  # a cached node keys on its input's digest
 print(status("VmHWM") - before)
@@ -72,21 +82,24 @@ def test_the_memory_probe_sees_a_copy(tmp_path):
 
 
 def plant(store, name, data):
-    """Put raw bytes into the store as a well-formed object under `name`,
-    as a hostile writer of the folder could."""
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    path = store._object_path(digest)
+    """Put raw bytes into the store's folder as an object named `name`, as a
+    hostile writer of the folder could, following the documented layout:
+    objects/ab/<62 hex> and names/<name> holding "sha256:<64 hex>"."""
+    hexdigest = hashlib.sha256(data).hexdigest()
+    path = store.path / "objects" / hexdigest[:2] / hexdigest[2:]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
-    ref = store.path / "names" / name
-    ref.write_text(digest)
-    return digest
+    (store.path / "names" / name).write_text("sha256:" + hexdigest)
 
 
 def well_formed(codec, meta, payload):
-    obj = Encoded(codec, meta, [payload])
-    obj.seal()  # appends the checksum trailer
-    return b"".join(bytes(p) for p in obj.parts)
+    """An object's bytes, written by hand from the format somatize/_store/objects.py
+    documents: SMZ1, the header's length, the JSON header, padding to 64, the
+    buffer, padding, and the xxh3_128 of all of it."""
+    header = json.dumps({"codec": codec, "meta": meta, "sizes": [len(payload)]}).encode()
+    head = b"SMZ1" + struct.pack("<I", len(header)) + header
+    body = head + bytes(-len(head) % 64) + payload + bytes(-len(payload) % 64)
+    return body + xxhash.xxh3_128(body).digest()
 
 
 def test_nothing_recalled_from_a_store_runs_code(tmp_path):

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 import time
 
 import comm
@@ -718,6 +719,16 @@ def test_a_graph_last_run_under_a_recorder_shows_that_runs_times(tmp_path):
     assert "times from run 'r'" in text_of(root)
     g.forward(0, watching=[lambda fact: None])  # watched again, by no Recorder: no times
     assert parse(g._repr_mimebundle_()["text/html"]).find(f".//{SVG}text[@class='timing']") is None
+
+
+def test_the_front_end_is_sent_the_javascript_of_js_widgets(recorded, tmp_path):
+    g, store = twenty(tmp_path, forwards=1)
+    for panel in (Live(), spent(store, run="r"), g):
+        panel._repr_mimebundle_()
+    opened = [data["state"] for _, kind, data in recorded.sent if kind == "comm_open" and "_esm" in data["state"]]
+    source = Path(__file__).parents[1] / "js" / "widgets"
+    assert [o["_esm"] for o in opened] == [(source / f).read_text() for f in ("live.js", "spent.js", "graph.js")]
+    assert all(o["_css"] == (source / "panel.css").read_text() for o in opened)
 
 
 def test_a_title_is_escaped_in_the_static_picture():

@@ -1,6 +1,5 @@
 """Panels in a real kernel (nbclient): the end of a cell settles Live's state,
-a saved notebook stays small after 100k steps, the JavaScript shipped in the
-package is the source in js/widgets, and notebooks 01 and 02 run."""
+a saved notebook stays small after 100k steps, and notebooks 01 and 02 run."""
 
 import json
 import math
@@ -70,15 +69,6 @@ def test_a_cell_that_raises_leaves_live_failed(tmp_path):
         allow_errors=True,
     )
     assert nb.cells[2].outputs[0]["text"].split() == ["failed", "RuntimeError", "10"]
-
-
-def test_the_views_load_their_javascript_from_js_widgets():
-    from somatize._widgets import _views
-
-    assert _views.STATIC == ROOT / "js" / "widgets"  # a checkout reads the one source
-    for name in ("live.js", "spent.js", "graph.js"):
-        assert "export default" in (_views.STATIC / name).read_text()
-    assert "export default" in str(_views.LiveView._esm)  # anywidget read the file
 
 
 def run_notebook(name, tmp_path):
