@@ -9,36 +9,20 @@ own IOPub thread, at most ten times a second).
 """
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Graph, Node, Opaque
+from somatize import Graph
 from somatize.record import Live
 from somatize.torch import Trainer, parameters
 
-
-class Body(Node):
-    def __init__(self):
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32))
-
-    def forward(self, x, ctx):
-        return Opaque(self.net(x))
-
-    def parameters(self):
-        return list(self.net.parameters())
-
-
-class Head(Node):
-    def __init__(self):
-        self.out = torch.nn.Linear(32, 1)
-
-    def forward(self, x, ctx):
-        return Opaque(self.out(x))
-
-    def parameters(self):
-        return list(self.out.parameters())
+# The reference notebook's model has one definition, beside the tests that check the Trainer against it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from torch_models import Body, Head  # noqa: E402
 
 
 def trainer(watching):

@@ -32,39 +32,23 @@ import argparse
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize import Graph, Recorder, Store
 from somatize.torch import Trainer, freeze, parameters
 
+# The reference notebook's model has one definition, beside the tests that check the Trainer against it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from torch_models import Body, Head  # noqa: E402
+
 MSE = torch.nn.functional.mse_loss
-
-
-class Body(Node):
-    def __init__(self, width=32):
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
-
-    def forward(self, x, ctx):
-        return Opaque(self.net(x))
-
-    def parameters(self):
-        return list(self.net.parameters())
-
-
-class Head(Node):
-    def __init__(self, width=32):
-        self.out = torch.nn.Linear(width, 1)
-
-    def forward(self, x, ctx):
-        return Opaque(self.out(x))
-
-    def parameters(self):
-        return list(self.out.parameters())
 
 
 def data(steps):

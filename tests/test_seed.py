@@ -6,33 +6,11 @@ the typed values and the frozen node's fingerprint instead, as DESIGN.md says.""
 import torch
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
-from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize import Graph, Opaque, Recorder, Store
 from somatize.record import Live, curve, facts, forwards, nodes, progress, spent
 from somatize.torch import Trainer, freeze, parameters
 
-
-class Body(Node):
-    def __init__(self, width=32):
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width)
-        )
-
-    def forward(self, x, ctx):
-        return Opaque(self.net(x))
-
-    def parameters(self):
-        return list(self.net.parameters())
-
-
-class Head(Node):
-    def __init__(self, width=32):
-        self.out = torch.nn.Linear(width, 1)
-
-    def forward(self, x, ctx):
-        return Opaque(self.out(x))
-
-    def parameters(self):
-        return list(self.out.parameters())
+from torch_models import Body, Head
 
 
 def built(width=32, lr=1e-2):
