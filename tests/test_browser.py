@@ -66,7 +66,7 @@ def lab(tmp_path):
             break
         except OSError:
             if server.poll() is not None:
-                raise RuntimeError((tmp_path / "lab.log").read_text())
+                raise RuntimeError((tmp_path / "lab.log").read_text()) from None
             time.sleep(0.5)
     yield url
     server.terminate()

@@ -19,7 +19,8 @@ NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
 @functools.lru_cache(maxsize=1)  # one run of the notebook serves every test here
 def executed():
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
     # run the kernel on this interpreter, whatever kernelspecs the machine has
     client.km = client.kernel_manager_class(kernel_name="python3")
     client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],

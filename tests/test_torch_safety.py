@@ -48,7 +48,8 @@ if how == "transposed":  # a control: this one has to be copied to be read in C 
 store = Store(folder)
 g = Graph.somatize(Total().named("total").frozen().cached())
 small = torch.ones(4)
-freeze(Graph.somatize(Hold(small).named("w").frozen())), store.digest_of(small), g.forward(Opaque(small), store=store)  # warm
+freeze(Graph.somatize(Hold(small).named("w").frozen()))  # warm
+store.digest_of(small), g.forward(Opaque(small), store=store)
 held = Graph.somatize(Hold(t).named("w").frozen())
 
 def status(key):

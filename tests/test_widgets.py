@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-import time
 
 import comm
 import numpy as np
@@ -17,13 +16,12 @@ import torch
 from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
-from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize import Graph, Node, Recorder, Store
 from somatize.record import Live, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
 from pictures import SVG, curve, durations, parse, percents, reads_as, stats, text_of
 from torch_models import Body, Head
-
 
 
 class RecordingComm(BaseComm):
@@ -528,7 +526,8 @@ def test_spent_bars_say_the_records_numbers(tmp_path):
         said = text_of(items[i + 1])
         assert durations(said) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
         assert percents(said) == pytest.approx([row["share"]], abs=0.005)
-        assert durations(text_of(bar.find(f"{SVG}title"))) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
+        tip = text_of(bar.find(f"{SVG}title"))
+        assert durations(tip) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
     widths = {e.get("data-node"): float(e.get("width")) for _, e in bars}
     per_us = widths["slow"] / rows["slow"]["total_us"]  # the longest bar
     assert all(w == pytest.approx(max(1.0, rows[n]["total_us"] * per_us), abs=0.1) for n, w in widths.items())
@@ -662,7 +661,7 @@ def test_graph_layout_points_every_edge_down_and_never_overlaps():
         assert (x1, y1) == (sx + sw / 2, sy + sh) and x2 == dx + dw / 2 and sy + sh < y2 < dy
     placed = list(boxes.values())
     for i, (x1, y1, w1, h1) in enumerate(placed):
-        for x2, y2, w2, h2 in placed[i + 1:]:
+        for x2, y2, _, h2 in placed[i + 1:]:
             assert abs(x1 - x2) >= w1 or y1 + h1 <= y2 or y2 + h2 <= y1
     assert root.find(f".//{SVG}g[@data-node='tail']/{SVG}rect[@class='badge-frozen']") is not None
 

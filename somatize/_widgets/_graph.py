@@ -107,8 +107,7 @@ def _layout(nodes, edges, node_h):
 def graph_svg(d):
     by_id = {n["id"]: n for n in d["nodes"]}
     w, h = d["width"], d["height"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             f'font-family="{_svg.FONT}" role="img" aria-label="graph">']
+    parts = [_svg.svg_open(w, h, "graph")]
     for e in d["edges"]:
         a, b = by_id[e["from"]], by_id[e["to"]]
         x1, y1 = a["x"] + NODE_W / 2, a["y"] + a["h"]
@@ -135,7 +134,8 @@ def _node_svg(n):
     if n["kind"] == "io":
         return (f'<g class="node io" data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" '
                 f'height="{H}" rx="6" fill="{_svg.SURFACE}" stroke="{_svg.GRID}" stroke-width="1.2" '
-                f'stroke-dasharray="4 3"/>{_svg._text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
+                f'stroke-dasharray="4 3"/>'
+                f'{_svg._text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
     t = n.get("timing")
     slow = bool(t and t.get("slowest"))
     stroke = f'stroke="{_svg.SLOW}" stroke-width="2"' if slow else f'stroke="{_svg.GRID}" stroke-width="1.2"'
@@ -181,7 +181,9 @@ def _tip(n):
 def _table(d):
     """What the click shows in the lab, as a table for readers without widgets."""
     timed = d["timed"]
-    head = ["node", "class", "settled", "fingerprint"] + (["a forward", "share", "in forward " + str(_forward(d))] if timed else [])
+    head = ["node", "class", "settled", "fingerprint"]
+    if timed:
+        head += ["a forward", "share", "in forward " + str(_forward(d))]
     cell = "padding:2px 12px 2px 0;text-align:left"
     rows = ["<tr>" + "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>" for h in head)
             + "</tr>"]

@@ -79,7 +79,8 @@ class Progress:
 
     def to_html(self):
         log = _wants_log(self.thin.values())
-        chart = _svg.line_chart(self._series(), xlabel="step", ylabel=self.name + (" (log scale)" if log else ""), log=log)
+        ylabel = self.name + (" (log scale)" if log else "")
+        chart = _svg.line_chart(self._series(), xlabel="step", ylabel=ylabel, log=log)
         return _svg.boxed(chart, self.title())
 
     def title(self):

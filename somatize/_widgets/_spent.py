@@ -88,14 +88,15 @@ def spent_inner(d, graph=None):
         parts.append(f"<div style='overflow-x:auto'>{_graph.describe(graph, timings(d))['svg']}</div>")
     bars = [{"label": r["label"], "value": r["total_us"],
              "color": _svg.SLOW if r["slowest"] else (_svg.OVERHEAD if r["kind"] != "node" else _svg.SERIES[0]),
-             "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · {_svg.duration_us(r['mean_us'])} a forward",
+             "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · "
+                     f"{_svg.duration_us(r['mean_us'])} a forward",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
                     f"a forward over {r['count']:,} forwards"}
             for r in d["rows"]]
     parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
-    grey = "grey: the engine's own time" + (", and the Trainer's" if any(r["kind"] == "trainer" for r in d["rows"]) else "") \
-        + ", not any node's"
+    trainer = any(r["kind"] == "trainer" for r in d["rows"])
+    grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
     parts.append(_svg.bars_svg(bars, title=title_of(d), unit_label=grey))
     t = d["timeline"]
     if t and t["spans"]:

@@ -79,6 +79,12 @@ def seconds(s):
     return f"{s:.1f} s"
 
 
+def svg_open(width, height, label):
+    """The opening tag of a picture: its size, the panel font, and `label` for screen readers."""
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="{FONT}" role="img" aria-label="{escape(label)}">')
+
+
 def _text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""):
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{color}" '
@@ -96,8 +102,7 @@ def line_chart(series, *, width=WIDE, height=260, xlabel="step", ylabel="loss", 
     ys += [v for s in series for p in s.get("band", ()) for v in p[1:] if v is not None]
     if log:
         ys = [y for y in ys if y > 0]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="{FONT}" role="img" aria-label="{escape(ylabel)} over {escape(xlabel)}">']
+    parts = [svg_open(width, height, f"{ylabel} over {xlabel}")]
     if not xs or not ys:
         parts.append(_text(left + w / 2, top + h / 2, "no values yet", 13, MUTED, "middle"))
         parts.append("</svg>")
@@ -192,7 +197,8 @@ def live_html(snap):
     ])
     curve = snap["curve"]
     pos = [p for p in curve if p[1] is not None]
-    log = bool(pos) and all(p[2] is not None and p[2] > 0 for p in pos) and max(p[3] for p in pos) / min(p[2] for p in pos) > 100
+    log = (bool(pos) and all(p[2] is not None and p[2] > 0 for p in pos)
+           and max(p[3] for p in pos) / min(p[2] for p in pos) > 100)
     chart = line_chart(
         [{"name": "loss", "color": SERIES[0], "points": [(p[0], p[1]) for p in curve],
           "band": [(p[0], p[2], p[3]) for p in curve] if snap["stride"] > 1 else []}],
@@ -216,8 +222,7 @@ def bars_svg(rows, *, title, unit_label):
     width, bar_h, gap, left, right = WIDE, 18, 6, 200, 235
     height = 28 + len(rows) * (bar_h + gap)
     top = max((r["value"] for r in rows), default=0) or 1
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             f'font-family="{FONT}" role="img" aria-label="{escape(title)}">']
+    parts = [svg_open(width, height, title)]
     for i, r in enumerate(rows):
         y = 8 + i * (bar_h + gap)
         w = max(1.0, r["value"] / top * (width - left - right))
@@ -237,8 +242,7 @@ def timeline_svg(spans, total_us, *, width=None):
     height = 44 + len(spans) * lane
     total = max(total_us or 0, max((b + t for _, b, t, _ in spans), default=0)) or 1
     w = width - left - right
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             f'font-family="{FONT}" role="img" aria-label="timeline of one forward">']
+    parts = [svg_open(width, height, "timeline of one forward")]
     for t in ticks(0, total, 5):
         X = left + t / total * w
         parts.append(f'<line x1="{X:.1f}" y1="4" x2="{X:.1f}" y2="{height - 34}" stroke="{GRID}"/>')
