@@ -179,6 +179,12 @@ def test_live_ignores_nonfinite_losses_for_best_and_picture():
     parse(live.to_html())
 
 
+def loss_at(fake, live, t, value):
+    """The clock reads `t` when Live is handed a loss."""
+    fake.advance_to(t)
+    live({"fact": "loss", "value": value})
+
+
 def test_throttle_sends_at_most_ten_a_second_each_with_the_state_of_its_moment(recorded):
     fake = FakeTime()
     live = displayed_live(recorded, fake)
@@ -210,18 +216,15 @@ def test_throttle_a_burst_of_a_million_facts_is_one_send(recorded):
 def test_a_fact_after_a_quiet_interval_is_sent_at_once(recorded):
     fake = FakeTime()
     live = displayed_live(recorded, fake)
-    fake.advance_to(1.0)
-    live({"fact": "loss", "value": 5.0})
+    loss_at(fake, live, 1.0, 5.0)
     assert [u["last"] for _, u in status_updates(recorded.sent)] == [5.0] and fake.pending == []
 
 
 def test_the_last_state_arrives_without_another_fact(recorded):
     fake = FakeTime()
     live = displayed_live(recorded, fake)
-    fake.advance_to(1.0)
-    live({"fact": "loss", "value": 5.0})  # sent at once
-    fake.advance_to(1.05)
-    live({"fact": "loss", "value": 4.0})  # within the interval: held back, a timer armed
+    loss_at(fake, live, 1.0, 5.0)  # sent at once
+    loss_at(fake, live, 1.05, 4.0)  # within the interval: held back, a timer armed
     assert [u["last"] for _, u in status_updates(recorded.sent)] == [5.0]
     fake.advance_to(2.0)  # no more facts: the timer sends it
     assert [(t, u["last"]) for t, u in status_updates(recorded.sent)] == [(1.0, 5.0), (pytest.approx(1.1), 4.0)]
@@ -230,10 +233,8 @@ def test_the_last_state_arrives_without_another_fact(recorded):
 def test_a_fact_that_slips_in_while_the_timer_sends_is_sent_after(recorded):
     fake = FakeTime()
     live = displayed_live(recorded, fake)
-    fake.advance_to(0.5)
-    live({"fact": "loss", "value": 5.0})  # sent at once
-    fake.advance_to(0.55)
-    live({"fact": "loss", "value": 4.0})  # within the interval: a timer is armed
+    loss_at(fake, live, 0.5, 5.0)  # sent at once
+    loss_at(fake, live, 0.55, 4.0)  # within the interval: a timer is armed
     # the timer's send, the second update: the training thread hands over a fact meanwhile
     recorded.on_update = lambda n: live({"fact": "loss", "value": 3.0}) if n == 2 else None
     fake.advance_to(5.0)  # no more facts from here: only a re-armed timer can send 3.0
@@ -301,8 +302,9 @@ def test_live_bundle_carries_widget_and_static_picture(tmp_path):
 # --- progress --------------------------------------------------------------------
 
 
-def recorded_losses(tmp_path, losses, run="r"):
-    store = Store(tmp_path / "s")
+def recorded_losses(tmp_path, losses, run="r", store=None):
+    """A store whose run `run` has one forward and one loss a step."""
+    store = store or Store(tmp_path / "s")
     with Recorder(store, run=run) as rec:
         for v in losses:
             rec.forward_began()
@@ -352,11 +354,7 @@ def test_smoothing_keeps_a_constant_and_lags_a_step(tmp_path):
 def two_runs(tmp_path):
     store = Store(tmp_path / "s")
     for run, scale in (("small", 1.0), ("big", 10.0)):
-        with Recorder(store, run=run) as rec:
-            for i in range(30):
-                rec.forward_began()
-                rec({"fact": "finished", "took_us": 1})
-                rec({"fact": "loss", "value": scale / (i + 1)})
+        recorded_losses(tmp_path, [scale / (i + 1) for i in range(30)], run=run, store=store)
     return store
 
 
@@ -412,11 +410,7 @@ def test_progress_log_toggle_swaps_the_y_scale_and_back(tmp_path):
 
 
 def test_progress_starts_in_log_scale_when_the_loss_spans_decades(tmp_path):
-    store = Store(tmp_path / "s")
-    with Recorder(store, run="r") as rec:
-        for i in range(300):
-            rec.forward_began()
-            rec({"fact": "loss", "value": 10.0 ** (-i / 100)})
+    store = recorded_losses(tmp_path, [10.0 ** (-i / 100) for i in range(300)])
     fig, log, _, _ = figure_parts(progress(store, run="r"))
     assert log.value and type(fig.axes[1].scale).__name__ == "LogScale"
 
