@@ -411,3 +411,34 @@ def test_a_fact_name_that_could_not_name_a_curve_is_refused():
 
     with pytest.raises(NodeError, match="short name"):
         Graph.somatize(Loud()).forward(1, watching=print)
+
+
+RECORDS_OWN = ["ran", "recalled", "kept", "finished", "failed", "updated", "loss", "trainer_us"]
+
+
+@pytest.mark.parametrize("name", RECORDS_OWN)
+def test_a_node_may_not_say_a_fact_the_record_counts_runs_and_times_by(name):
+    # ctx.fact("ran", took_us=10**6) made nodes() report two runs and a
+    # second of time for one forward; ctx.fact("loss", ...) fed the loss curve.
+    class Liar(Node):
+        def forward(self, x, ctx):
+            ctx.fact(name, took_us=10**6, value=1.0)
+            return x
+
+    seen = []
+    with pytest.raises(NodeError, match=f"'{name}' is one of the (engine|Trainer)'s own facts") as e:
+        Graph.somatize(Liar().named("liar")).forward(1, watching=seen.append)
+    assert f"ctx.fact('liar_{name}', ...)" in str(e.value)  # what to write instead
+    assert [f["fact"] for f in seen] == ["failed"]  # nothing of the node's reached the watchers
+    with pytest.raises(NodeError, match="own facts"):
+        Graph.somatize(Liar()).forward(1)  # refused with no watchers too: the code is wrong either way
+
+
+def test_a_node_may_not_put_its_fact_under_another_nodes_name():
+    class Other(Node):
+        def forward(self, x, ctx):
+            ctx.fact("norm", node="head", value=1.0)
+            return x
+
+    with pytest.raises(NodeError, match="'node' is filled in by the engine.*'body'"):
+        Graph.somatize(Other().named("body")).forward(1, watching=print)

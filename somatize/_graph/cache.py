@@ -16,7 +16,9 @@ import types
 from .._base.codecs import SCALARS
 from .edges import _check_data
 from .._base.errors import SomatizeError, SomatizeValueError
-from .node import Node
+from .node import Node, _Expr
+
+_ENGINE_CLASSES = (Node, _Expr, object)  # what every node shares: not part of its fingerprint
 
 # A code object's own digest never changes: memoised, the code kept alive.
 _own: dict = {}
@@ -68,7 +70,7 @@ def _hash_class(h, klass, seen):
     """A class's own code along its MRO below Node: every method, property
     and plain class attribute."""
     for k in klass.__mro__:
-        if k is Node or k is object:
+        if k in _ENGINE_CLASSES:
             continue
         h.update(f"{k.__module__}.{k.__qualname__}\0".encode())
         for attr, v in sorted(k.__dict__.items()):

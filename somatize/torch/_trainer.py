@@ -13,8 +13,8 @@ T examples instead of ``every * B`` (the batches differed in size, or the
 group is left partial), its gradients are multiplied by ``every * B / T``
 once before the update. A full group of equal batches is never rescaled.
 
-A group left open when training ends is closed by ``flush()`` (``fit`` calls
-it at the end of each epoch, so a group never spans two epochs): its partial
+A group left open when training ends is closed by ``close_group()`` (``fit``
+calls it at the end of each epoch, so a group never spans two epochs): its partial
 gradients are rescaled as above, so the update is exactly one step on the
 concatenated batches it holds (not one divided by ``every``, the mistake
 Lightning's issue #19987 is about). Its ``updated`` fact follows the last
@@ -27,7 +27,7 @@ whole batch of the step, then ``{"fact": "trainer_us", "value": <int>}``, the
 µs the step spent outside the graph's forwards: objective, backward, update
 and the Trainer's own bookkeeping (handing its ``updated`` and ``loss`` to
 the watchers included). A step's wall time is its forwards plus
-``trainer_us``; ``flush()``'s update belongs to no step and is not in it.
+``trainer_us``; ``close_group()``'s update belongs to no step and is not in it.
 Steps count from 0, like forwards.
 
 A step that raises (a node failed, the objective was refused, the loss is
@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from time import perf_counter_ns
 
 import torch
 
 from .._graph import engine as _engine
-from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
+from .._graph.watchers import Watchers
+from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
@@ -100,7 +102,7 @@ class Trainer:
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, or clip=None")
             clip = float(clip)
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
-        self._watchers = _engine._watchers(watching)
+        self._watchers = Watchers(watching, where="the Trainer's watching=")
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
         frozen = frozen_parameters(g)
@@ -172,7 +174,7 @@ class Trainer:
             self._close()
         return value, closed
 
-    def flush(self):
+    def close_group(self):
         """Close a group left open (fewer than ``every`` steps since the last
         update): update as one step on the concatenation of its batches.
         Returns whether an update happened."""
@@ -180,8 +182,20 @@ class Trainer:
             return False
         self._close()
         if self._watchers:
-            self._emit({"fact": "updated"})
+            self._watchers.emit({"fact": "updated"})
         return True
+
+    def flush(self):
+        """Deprecated: ``close_group()``. (``flush`` makes a Recorder's facts
+        durable and sends a Live panel's to the browser; here it meant
+        something else.)"""
+        warnings.warn(
+            "Trainer.flush() is now Trainer.close_group(): it closes the open group of steps "
+            "with an update (flush means making facts durable, on a Recorder)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.close_group()
 
     def _close(self):
         expected = self.every * self._first_n
@@ -207,7 +221,7 @@ class Trainer:
     def fit(self, batches, epochs=1, progress=True):
         """``step`` over every batch, ``epochs`` times, with a progress bar
         (tqdm.auto: text in a terminal, a widget in a notebook). A group left
-        open at the end of an epoch is closed there (see ``flush``)."""
+        open at the end of an epoch is closed there (see ``close_group``)."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -228,7 +242,7 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                         bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
-                self.flush()
+                self.close_group()
         finally:
             if bar is not None:
                 bar.close()
@@ -276,21 +290,12 @@ class Trainer:
         return value
 
     def _facts(self, value, updated, began):
+        emit = self._watchers.emit
         if updated:
-            self._emit({"fact": "updated"})
-        self._emit({"fact": "loss", "value": value})
+            emit({"fact": "updated"})
+        emit({"fact": "loss", "value": value})
         # Taken last so that handing the facts above to the watchers counts too.
-        self._emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
-
-    def _emit(self, fact):
-        for w in self._watchers:
-            try:
-                w(fact)
-            except Exception as e:
-                raise WatcherError(
-                    f"watcher {_engine._describe(w)} raised {type(e).__name__}: {e} when handed "
-                    f"{fact!r}. Fix the watcher or take it out of the Trainer's watching=."
-                ) from e
+        emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
 
     def _pair(self, batch):
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
