@@ -442,3 +442,50 @@ def test_a_node_may_not_put_its_fact_under_another_nodes_name():
 
     with pytest.raises(NodeError, match="'node' is filled in by the engine.*'body'"):
         Graph.somatize(Other().named("body")).forward(1, watching=print)
+
+
+def test_a_codec_found_along_the_mro_and_one_registered_later_wins_its_type():
+    from somatize._base.codecs import codec_for
+
+    class Base:
+        pass
+
+    class Child(Base):
+        pass
+
+    class ForBase:
+        name, types, explicit = "test-base", (Base,), False
+
+        def encode(self, v):
+            return {}, []
+
+        def decode(self, meta, buffers):
+            return Base()
+
+    class ForChild(ForBase):
+        name, types = "test-child", (Child,)
+
+    base = register_codec(ForBase())
+    assert codec_for(Child()) is base  # found through the MRO, before any codec for Child
+    child = register_codec(ForChild())  # registered at run time: the lookup sees it at once
+    assert codec_for(Child()) is child and codec_for(Base()) is base
+    class Other:
+        pass
+
+    again = register_codec(type("ForBaseAgain", (ForBase,), {"types": (Other,)})())  # name "test-base" again
+    assert codec_for(Base()) is None and codec_for(Child()) is child  # the replaced codec's types go with it
+    assert codec_for(Other()) is again
+
+
+def test_a_codec_whose_types_are_not_classes_is_refused_naming_it():
+    class Wrong:
+        name, types = "test-wrong", ("numpy.ndarray",)
+
+        def encode(self, v):
+            return {}, []
+
+        def decode(self, meta, buffers):
+            return None
+
+    with pytest.raises(SomatizeError, match="'test-wrong' lists 'numpy.ndarray' in `types`, which is not a class"):
+        register_codec(Wrong())
