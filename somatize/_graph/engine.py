@@ -19,7 +19,7 @@ from .edges import _PASS, _cross, _gather, _slots
 from .._base.errors import NodeError, SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
 from .node import Node, _Chain, _expr, set_weights
 from .._base.values import Opaque
-from .watchers import ENGINE_FACTS, RESERVED, watchers
+from .watchers import ENGINE_FACTS, RESERVED, Watchers, watchers
 
 __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
 
@@ -28,7 +28,7 @@ __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
 
 
 class _Step:
-    __slots__ = ("node", "name", "source", "slot", "forward", "where")
+    __slots__ = ("node", "name", "source", "slot", "forward", "where", "quiet")
 
     def __init__(self, node, source, slot):
         self.node = node
@@ -89,6 +89,7 @@ class Graph:
             s.name = s.node._sz_name
             s.forward = s.node.forward
             s.where = f"the output of node {s.name!r}"
+            s.quiet = Ctx(s.name, None)  # the node's ctx in a forward nobody watches
             if s.node._sz_cached and not s.node._sz_frozen:
                 raise SomatizeValueError(
                     f"node {s.name!r} is .cached() but not .frozen(): a cache over something "
@@ -96,6 +97,7 @@ class Graph:
                     f"{type(s.node).__name__}().named({s.name!r}).frozen().cached(), or drop .cached()."
                 )
         self._steps = tuple(steps)
+        self._width = len(steps) + 1  # slot 0 holds the input
         self._out = out
         self._by_name = {s.name: s.node for s in steps}
         self._cached = tuple(s for s in steps if s.node._sz_cached)
@@ -149,7 +151,7 @@ class Graph:
     def forward(self, x, store=None, watching=None):
         """Run the graph once on ``x`` and return its output (an Opaque
         leaving the graph is unwrapped)."""
-        w = watchers(watching)
+        w = watching if watching.__class__ is Watchers else watchers(watching)
         if store is not None:
             # opened only when a node caches; checked always, so a wrong
             # argument is never silently ignored
@@ -162,8 +164,8 @@ class Graph:
         else:
             emit = None
 
-        slots = [None] * (len(self._steps) + 1)
-        slots[0] = _cross(x, "the graph's input")
+        slots = [None] * self._width
+        slots[0] = x if x.__class__ in _PASS else _cross(x, "the graph's input")
         start = perf_counter_ns()
         for step in self._steps:
             src = step.source
@@ -278,31 +280,36 @@ def _name_nodes(nodes):
 
 
 def _failed(step, e, emit, start, t0):
-    took = (perf_counter_ns() - t0) // 1000
     if emit is not None:
-        emit({"fact": "failed", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": took,
-              "error": f"{type(e).__name__}: {e}"[:500]})
+        emit({"fact": "failed", "node": step.name, "began_us": (t0 - start) // 1000,
+              "took_us": (perf_counter_ns() - t0) // 1000, "error": f"{type(e).__name__}: {e}"[:500]})
     return NodeError(
         f"node {step.name!r} ({type(step.node).__name__}.forward) raised {type(e).__name__}: {e}"
     )
 
 
 def _run(step, arg, emit, start):
-    """Run one node: time it, check its output at the edge and tell the
-    watchers (``ran``; ``failed`` and a NodeError when it raises)."""
-    ctx = Ctx(step.name, emit)
-    t0 = perf_counter_ns()
+    """Run one node: check its output at the edge and, when watched, time it
+    and tell the watchers (``ran``); when it raises, ``failed`` and a
+    NodeError."""
+    if emit is None:
+        ctx = step.quiet
+        t0 = 0
+    else:
+        ctx = Ctx(step.name, emit)
+        t0 = perf_counter_ns()
     try:
         out = step.forward(arg, ctx)
     except WatcherError:
         raise  # a watcher failed inside ctx.fact: the node did nothing wrong
     except Exception as e:
         raise _failed(step, e, emit, start, t0) from e
-    t1 = perf_counter_ns()
+    if emit is None:
+        return out if out.__class__ in _PASS else _cross(out, step.where)
+    took = (perf_counter_ns() - t0) // 1000  # the node's own time, not the edge's check
     if out.__class__ not in _PASS:
         out = _cross(out, step.where)
-    if emit is not None:
-        emit({"fact": "ran", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": (t1 - t0) // 1000})
+    emit({"fact": "ran", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": took})
     return out
 
 

@@ -116,6 +116,7 @@ class Trainer:
         if not_frozen_in_torch(g):
             freeze(g)
         self._params = params
+        self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
@@ -144,13 +145,13 @@ class Trainer:
                 value, updated = self._grouped(x, y, index)
         except NonFiniteLoss as e:
             self._drop()
-            if self._watchers:
+            if self._watchers.all:
                 self._facts(e.loss, False, began)
             raise
         except BaseException:
             self._drop()
             raise
-        if self._watchers:
+        if self._watchers.all:
             self._facts(value, updated, began)
         return value
 
@@ -181,7 +182,7 @@ class Trainer:
         if self._open == 0:
             return False
         self._close()
-        if self._watchers:
+        if self._watchers.all:
             self._watchers.emit({"fact": "updated"})
         return True
 
@@ -262,7 +263,7 @@ class Trainer:
     # -- helpers
     def _forward(self, x):
         t = perf_counter_ns()
-        out = self.g.forward(Opaque(x), store=self.store, watching=self._watchers)
+        out = self._graph_forward(Opaque(x), self.store, self._watchers)
         self._in_graph += perf_counter_ns() - t
         return out
 
@@ -298,6 +299,8 @@ class Trainer:
         emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
 
     def _pair(self, batch):
+        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor:
+            return batch  # the common case, checked in one line
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise SomatizeTypeError(
                 f"step(batch) takes a pair (x, y) of tensors; got {type(batch).__name__}"
