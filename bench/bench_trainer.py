@@ -92,31 +92,22 @@ def graph(width=32, frozen_body=False):
 # -- the variants: each trains a fresh model on the batches, returns seconds
 
 
-def raw(batches, _):
-    g = graph()
-    body, head = g.node("body").net, g.node("head").out
-    opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
-    t = time.perf_counter()
-    for x, y in batches:
-        loss = MSE(head(body(x)), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return time.perf_counter() - t
+def raw_loop(read_item):
+    def run(batches, _):
+        g = graph()
+        body, head = g.node("body").net, g.node("head").out
+        opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
+        t = time.perf_counter()
+        for x, y in batches:
+            loss = MSE(head(body(x)), y)
+            if read_item:
+                loss.item()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return time.perf_counter() - t
 
-
-def raw_item(batches, _):
-    g = graph()
-    body, head = g.node("body").net, g.node("head").out
-    opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
-    t = time.perf_counter()
-    for x, y in batches:
-        loss = MSE(head(body(x)), y)
-        loss.item()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return time.perf_counter() - t
+    return run
 
 
 def trainer(batches, _):
@@ -256,7 +247,7 @@ def main():
     tmp = tempfile.mkdtemp()
     store = Store(os.path.join(tmp, "record"))
 
-    variants = {"raw": raw, "raw+item": raw_item, "trainer": trainer, "trainer+recorder": trainer_recorder}
+    variants = {"raw": raw_loop(False), "raw+item": raw_loop(True), "trainer": trainer, "trainer+recorder": trainer_recorder}
     for name, log in () if args.trainer_only else (("lightning (off)", False), ("lightning (log)", True)):
         v = lightning_variant(log)
         if v is not None:

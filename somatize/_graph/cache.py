@@ -14,7 +14,6 @@ import hashlib
 import os
 import types
 
-from .._base.codecs import SCALARS
 from .edges import _check_data
 from .._base.errors import SomatizeError, SomatizeValueError
 from .node import Node, _Expr
