@@ -204,6 +204,8 @@ class Ctx:
 
     def fact(self, fact, **fields):
         """Add ``{"fact": fact, "node": <this node>, **fields}`` to the stream.
+        The engine's and the Trainer's own names (``watchers.RESERVED``: ran,
+        loss, ...) and a ``node`` field are refused.
 
         A one-element array or tensor given as a field (``value=x.norm()``)
         becomes its number, so the record keeps a number, not its text."""
