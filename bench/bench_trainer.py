@@ -32,6 +32,14 @@ perf_counter_ns calls that time a step are measured beside it).
     .venv/bin/python bench/bench_trainer.py [--steps 300] [--rounds 15] [--trainer-only]
 
 ``--trainer-only`` leaves out Lightning, the fact's cost and the checkpoints.
+
+``--per-step N``: raw+item, trainer and trainer+recorder interleaved step by
+step (the order rotates), N steps each, and the median of each one's step
+times: robust on a busy machine, where whole rounds are not. The Recorder's
+flush thread then slows whichever variant is running, so this figure holds
+the Recorder's cost on the caller's thread only. Then the split: where a
+step's time goes, segment by segment, the Trainer's fast path (its private
+methods, in the order ``Trainer.step`` calls them) beside the raw loop's.
 """
 
 import argparse
@@ -235,14 +243,104 @@ def checkpoints(width, tmp):
     return raw_bytes, on_disk
 
 
+def interleaved(steps):
+    """Per-step medians, variants interleaved step by step; then the split."""
+    clock = time.perf_counter_ns
+    batches = data(300)
+    store = Store(tempfile.mkdtemp())
+    rec = Recorder(store, run="per-step", summarising=["loss"])
+
+    def raw_split():
+        g = graph()
+        body, head = g.node("body").net, g.node("head").out
+        opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
+
+        def step(b):
+            t0 = clock()
+            x, y = b
+            t1 = clock()
+            out = head(body(x))
+            t2 = clock()
+            loss = MSE(out, y)
+            t3 = clock()
+            loss.item()
+            t4 = clock()
+            loss.backward()
+            t5 = clock()
+            opt.step()
+            opt.zero_grad()
+            t6 = clock()
+            return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)
+
+        return step
+
+    def trainer_split(watching=None):
+        g = graph()
+        tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2), watching=watching)
+
+        def step(b):  # Trainer.step's fast path (every=1, micro=1), timed between its parts
+            t0 = began = clock()
+            x, y = tr._pair(b)
+            index = tr.steps
+            tr.steps = index + 1
+            tr._in_graph = 0
+            t1 = clock()
+            out = tr._forward(x)
+            t2 = clock()
+            loss = tr.objective(out, y)
+            t3 = clock()
+            value = tr._value(loss, index)
+            t4 = clock()
+            loss.backward()
+            t5 = clock()
+            tr._update()
+            t6 = clock()
+            if tr._watched:
+                tr._facts(value, True, began)
+            return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)
+
+        return step, tr.step
+
+    raw_s = raw_split()
+    tr_s, tr_step = trainer_split()
+    rec_s, rec_step = trainer_split(rec)
+    whole = {"raw+item": lambda b: sum(raw_s(b)), "trainer": tr_step, "trainer+recorder": rec_step}
+    split = {"raw+item": raw_s, "trainer": tr_s, "trainer+recorder": rec_s}
+    for table in (whole, split):
+        names = list(table)
+        got = {n: [] for n in names}
+        for i in range(steps + 200):  # the first 200 warm up
+            b = batches[i % len(batches)]
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                t = clock()
+                r = table[n](b)
+                got[n].append(clock() - t if table is whole else r)
+        if table is whole:
+            base = statistics.median(got["raw+item"][200:])
+            print(f"per step, interleaved step by step, {steps} steps each, medians:")
+            for n in names:
+                m = statistics.median(got[n][200:])
+                print(f"  {n:<17} {m / 1000:7.1f} µs  x{m / base:.3f}  (+{(m - base) / 1000:.1f} µs)")
+        else:
+            print("where a step's time goes (µs, medians of each segment):")
+            print(f"  {'segment':<10}" + "".join(f"{n:>18}" for n in names))
+            for j, seg in enumerate(("batch", "forward", "objective", "loss value", "backward", "update", "facts")):
+                print(f"  {seg:<10}" + "".join(f"{statistics.median(x[j] for x in got[n][200:]) / 1000:>18.2f}" for n in names))
+    rec.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--trainer-only", action="store_true")
+    ap.add_argument("--per-step", type=int, default=0, metavar="N")
     args = ap.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    if args.per_step:
+        return interleaved(args.per_step)
     batches = data(args.steps)
     tmp = tempfile.mkdtemp()
     store = Store(os.path.join(tmp, "record"))

@@ -30,12 +30,12 @@ class Watchers:
     change.
     """
 
-    __slots__ = ("all", "_began", "_where")
+    __slots__ = ("all", "_began", "emit")
 
     def __init__(self, watching, where="watching="):
         self.all = _checked(watching)
         self._began = tuple(b for b in (getattr(w, "forward_began", None) for w in self.all) if b is not None)
-        self._where = where
+        self.emit = _emitter(self.all, where)
 
     def __bool__(self):
         return bool(self.all)
@@ -44,19 +44,42 @@ class Watchers:
         for began in self._began:
             began()
 
-    def emit(self, fact):
-        for w in self.all:
+    def __repr__(self):
+        return f"Watchers({list(self.all)!r:.200})"
+
+
+def _emitter(all_, where):
+    """``emit(fact)``: a function made once (no bound method to build per
+    fact, no loop for the usual single watcher; it holds the watchers, not
+    the Watchers, so it makes no reference cycle)."""
+
+    if len(all_) == 1:
+        (only,) = all_
+
+        def emit(fact):
+            try:
+                only(fact)
+            except Exception as e:
+                raise _refused(only, fact, e, where) from e
+
+        return emit
+
+    def emit(fact):
+        for w in all_:
             try:
                 w(fact)
             except Exception as e:
-                raise WatcherError(
-                    f"watcher {_describe(w)} raised {type(e).__name__}: {e} when handed "
-                    f"{fact!r:.200}. What it was handed before was delivered and the run "
-                    f"stopped there; fix the watcher or take it out of {self._where}."
-                ) from e
+                raise _refused(w, fact, e, where) from e
 
-    def __repr__(self):
-        return f"Watchers({list(self.all)!r:.200})"
+    return emit
+
+
+def _refused(w, fact, e, where):
+    return WatcherError(
+        f"watcher {_describe(w)} raised {type(e).__name__}: {e} when handed "
+        f"{fact!r:.200}. What it was handed before was delivered and the run "
+        f"stopped there; fix the watcher or take it out of {where}."
+    )
 
 
 def _checked(watching):
