@@ -311,6 +311,22 @@ def test_a_failing_node_is_named_and_leaves_a_failed_fact():
     assert seen[1]["node"] == "head" and "shapes do not match" in seen[1]["error"]
 
 
+def test_a_node_fails_alike_cached_or_not_and_unwatched(tmp_path):
+    # One function runs a node: the plain path, the cached path and a
+    # forward nobody watches fail the same way.
+    class Boom(Node):
+        def forward(self, x, ctx):
+            raise ValueError("shapes do not match")
+
+    for node in (Boom(), Boom().frozen().cached()):
+        seen = []
+        with pytest.raises(NodeError, match="'boom'.*shapes do not match"):
+            Graph.somatize(node.named("boom")).forward(1, store=tmp_path, watching=seen.append)
+        assert [f["fact"] for f in seen] == ["failed"] and "shapes do not match" in seen[0]["error"]
+        with pytest.raises(NodeError, match="'boom'.*shapes do not match"):
+            Graph.somatize(node).forward(1, store=tmp_path)
+
+
 def test_a_raising_watcher_is_named_and_earlier_facts_were_delivered():
     seen = []
 
