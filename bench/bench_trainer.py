@@ -6,6 +6,9 @@ The reference notebook's model (Body 8->32->32, Head 32->1), Adam, batches of
 variants interleaved round by round (the order rotates), medians over rounds:
 
   raw                 the plain loop: forward, mse, backward, step, zero_grad
+  raw+item            the same, reading loss.item() each step as any loop that
+                      reports its loss does (the Trainer returns it): the
+                      reference the Trainer's targets are measured against
   trainer             Trainer.step, no watchers
   trainer+recorder    Trainer.step with a Recorder writing the record durably
                       (every fact of the Trainer's, trainer_us included)
@@ -18,14 +21,25 @@ round, so a busy machine slows both sides of each ratio alike. Lightning is
 timed from its first batch's start to its last batch's end (its setup is left
 out, which favours it); it is skipped if not installed (`pip install .[bench]`).
 
-Targets (issue 3): trainer <= 1.05x raw, trainer+recorder <= 1.10x raw.
+Targets (issue 7): trainer <= 1.03x raw+item, trainer+recorder <= 1.05x
+raw+item (issue 3's, against raw: 1.05 and 1.10).
 
 Then the cost of the `trainer_us` fact alone: a step's facts handed to a
 Recorder and written (flushed) with and without it, interleaved, so the
 difference is what that one fact adds to a step of trainer+recorder (the four
 perf_counter_ns calls that time a step are measured beside it).
 
-    .venv/bin/python bench/bench_trainer.py [--steps 300] [--rounds 7]
+    .venv/bin/python bench/bench_trainer.py [--steps 300] [--rounds 15] [--trainer-only]
+
+``--trainer-only`` leaves out Lightning, the fact's cost and the checkpoints.
+
+``--per-step N``: raw+item, trainer and trainer+recorder interleaved step by
+step (the order rotates), N steps each, and the median of each one's step
+times: robust on a busy machine, where whole rounds are not. The Recorder's
+flush thread then slows whichever variant is running, so this figure holds
+the Recorder's cost on the caller's thread only. Then the split: where a
+step's time goes, segment by segment, the Trainer's fast path (its private
+methods, in the order ``Trainer.step`` calls them) beside the raw loop's.
 """
 
 import argparse
@@ -70,17 +84,22 @@ def graph(width=32, frozen_body=False):
 # -- the variants: each trains a fresh model on the batches, returns seconds
 
 
-def raw(batches, _):
-    g = graph()
-    body, head = g.node("body").net, g.node("head").out
-    opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
-    t = time.perf_counter()
-    for x, y in batches:
-        loss = MSE(head(body(x)), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    return time.perf_counter() - t
+def raw_loop(read_item):
+    def run(batches, _):
+        g = graph()
+        body, head = g.node("body").net, g.node("head").out
+        opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
+        t = time.perf_counter()
+        for x, y in batches:
+            loss = MSE(head(body(x)), y)
+            if read_item:
+                loss.item()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return time.perf_counter() - t
+
+    return run
 
 
 def trainer(batches, _):
@@ -208,19 +227,110 @@ def checkpoints(width, tmp):
     return raw_bytes, on_disk
 
 
+def interleaved(steps):
+    """Per-step medians, variants interleaved step by step; then the split."""
+    clock = time.perf_counter_ns
+    batches = data(300)
+    store = Store(tempfile.mkdtemp())
+    rec = Recorder(store, run="per-step", summarising=["loss"])
+
+    def raw_split():
+        g = graph()
+        body, head = g.node("body").net, g.node("head").out
+        opt = torch.optim.Adam([*body.parameters(), *head.parameters()], lr=1e-2)
+
+        def step(b):
+            t0 = clock()
+            x, y = b
+            t1 = clock()
+            out = head(body(x))
+            t2 = clock()
+            loss = MSE(out, y)
+            t3 = clock()
+            loss.item()
+            t4 = clock()
+            loss.backward()
+            t5 = clock()
+            opt.step()
+            opt.zero_grad()
+            t6 = clock()
+            return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)
+
+        return step
+
+    def trainer_split(watching=None):
+        g = graph()
+        tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2), watching=watching)
+
+        def step(b):  # Trainer.step's fast path (every=1, micro=1), timed between its parts
+            t0 = began = clock()
+            x, y = tr._pair(b)
+            index = tr.steps
+            tr.steps = index + 1
+            tr._in_graph = 0
+            t1 = clock()
+            out = tr._forward(x)
+            t2 = clock()
+            loss = tr.objective(out, y)
+            t3 = clock()
+            value = tr._value(loss, index)
+            t4 = clock()
+            loss.backward()
+            t5 = clock()
+            tr._update()
+            t6 = clock()
+            if tr._watched:
+                tr._facts(value, True, began)
+            return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)
+
+        return step, tr.step
+
+    raw_s = raw_split()
+    tr_s, tr_step = trainer_split()
+    rec_s, rec_step = trainer_split(rec)
+    whole = {"raw+item": lambda b: sum(raw_s(b)), "trainer": tr_step, "trainer+recorder": rec_step}
+    split = {"raw+item": raw_s, "trainer": tr_s, "trainer+recorder": rec_s}
+    for table in (whole, split):
+        names = list(table)
+        got = {n: [] for n in names}
+        for i in range(steps + 200):  # the first 200 warm up
+            b = batches[i % len(batches)]
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                t = clock()
+                r = table[n](b)
+                got[n].append(clock() - t if table is whole else r)
+        if table is whole:
+            base = statistics.median(got["raw+item"][200:])
+            print(f"per step, interleaved step by step, {steps} steps each, medians:")
+            for n in names:
+                m = statistics.median(got[n][200:])
+                print(f"  {n:<17} {m / 1000:7.1f} µs  x{m / base:.3f}  (+{(m - base) / 1000:.1f} µs)")
+        else:
+            print("where a step's time goes (µs, medians of each segment):")
+            print(f"  {'segment':<10}" + "".join(f"{n:>18}" for n in names))
+            for j, seg in enumerate(("batch", "forward", "objective", "loss value", "backward", "update", "facts")):
+                print(f"  {seg:<10}" + "".join(f"{statistics.median(x[j] for x in got[n][200:]) / 1000:>18.2f}" for n in names))
+    rec.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--trainer-only", action="store_true")
+    ap.add_argument("--per-step", type=int, default=0, metavar="N")
     args = ap.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    if args.per_step:
+        return interleaved(args.per_step)
     batches = data(args.steps)
     tmp = tempfile.mkdtemp()
     store = Store(os.path.join(tmp, "record"))
 
-    variants = {"raw": raw, "trainer": trainer, "trainer+recorder": trainer_recorder}
-    for name, log in (("lightning (off)", False), ("lightning (log)", True)):
+    variants = {"raw": raw_loop(False), "raw+item": raw_loop(True), "trainer": trainer, "trainer+recorder": trainer_recorder}
+    for name, log in () if args.trainer_only else (("lightning (off)", False), ("lightning (log)", True)):
         v = lightning_variant(log)
         if v is not None:
             variants[name] = v
@@ -236,10 +346,13 @@ def main():
             per_step[n].append(took[n])
 
     print(f"{args.steps} steps x {args.rounds} rounds, batch 64, Adam, torch {torch.__version__}, 1 thread")
-    print(f"{'variant':<18} {'µs/step (median)':>17} {'x raw (median of rounds)':>26}")
+    print(f"{'variant':<18} {'µs/step (median)':>17} {'x raw':>8} {'x raw+item':>11}  (medians of rounds)")
     for n in names:
         ratio = statistics.median(a / b for a, b in zip(per_step[n], per_step["raw"]))
-        print(f"{n:<18} {statistics.median(per_step[n]) * 1e6:>17.1f} {ratio:>25.3f}x")
+        item = statistics.median(a / b for a, b in zip(per_step[n], per_step["raw+item"]))
+        print(f"{n:<18} {statistics.median(per_step[n]) * 1e6:>17.1f} {ratio:>7.3f}x {item:>10.3f}x")
+    if args.trainer_only:
+        return
 
     raw_us = statistics.median(per_step["raw"]) * 1e6
     added, timing = fact_cost(store, args.steps, max(args.rounds, 15))

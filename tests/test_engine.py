@@ -311,6 +311,22 @@ def test_a_failing_node_is_named_and_leaves_a_failed_fact():
     assert seen[1]["node"] == "head" and "shapes do not match" in seen[1]["error"]
 
 
+def test_a_node_fails_alike_cached_or_not_and_unwatched(tmp_path):
+    # One function runs a node: the plain path, the cached path and a
+    # forward nobody watches fail the same way.
+    class Boom(Node):
+        def forward(self, x, ctx):
+            raise ValueError("shapes do not match")
+
+    for node in (Boom(), Boom().frozen().cached()):
+        seen = []
+        with pytest.raises(NodeError, match="'boom'.*shapes do not match"):
+            Graph.somatize(node.named("boom")).forward(1, store=tmp_path, watching=seen.append)
+        assert [f["fact"] for f in seen] == ["failed"] and "shapes do not match" in seen[0]["error"]
+        with pytest.raises(NodeError, match="'boom'.*shapes do not match"):
+            Graph.somatize(node).forward(1, store=tmp_path)
+
+
 def test_a_raising_watcher_is_named_and_earlier_facts_were_delivered():
     seen = []
 
@@ -411,3 +427,81 @@ def test_a_fact_name_that_could_not_name_a_curve_is_refused():
 
     with pytest.raises(NodeError, match="short name"):
         Graph.somatize(Loud()).forward(1, watching=print)
+
+
+RECORDS_OWN = ["ran", "recalled", "kept", "finished", "failed", "updated", "loss", "trainer_us"]
+
+
+@pytest.mark.parametrize("name", RECORDS_OWN)
+def test_a_node_may_not_say_a_fact_the_record_counts_runs_and_times_by(name):
+    # ctx.fact("ran", took_us=10**6) made nodes() report two runs and a
+    # second of time for one forward; ctx.fact("loss", ...) fed the loss curve.
+    class Liar(Node):
+        def forward(self, x, ctx):
+            ctx.fact(name, took_us=10**6, value=1.0)
+            return x
+
+    seen = []
+    with pytest.raises(NodeError, match=f"'{name}' is one of the (engine|Trainer)'s own facts") as e:
+        Graph.somatize(Liar().named("liar")).forward(1, watching=seen.append)
+    assert f"ctx.fact('liar_{name}', ...)" in str(e.value)  # what to write instead
+    assert [f["fact"] for f in seen] == ["failed"]  # nothing of the node's reached the watchers
+    with pytest.raises(NodeError, match="own facts"):
+        Graph.somatize(Liar()).forward(1)  # refused with no watchers too: the code is wrong either way
+
+
+def test_a_node_may_not_put_its_fact_under_another_nodes_name():
+    class Other(Node):
+        def forward(self, x, ctx):
+            ctx.fact("norm", node="head", value=1.0)
+            return x
+
+    with pytest.raises(NodeError, match="'node' is filled in by the engine.*'body'"):
+        Graph.somatize(Other().named("body")).forward(1, watching=print)
+
+
+def test_a_codec_found_along_the_mro_and_one_registered_later_wins_its_type():
+    from somatize._base.codecs import codec_for
+
+    class Base:
+        pass
+
+    class Child(Base):
+        pass
+
+    class ForBase:
+        name, types, explicit = "test-base", (Base,), False
+
+        def encode(self, v):
+            return {}, []
+
+        def decode(self, meta, buffers):
+            return Base()
+
+    class ForChild(ForBase):
+        name, types = "test-child", (Child,)
+
+    base = register_codec(ForBase())
+    assert codec_for(Child()) is base  # found through the MRO, before any codec for Child
+    child = register_codec(ForChild())  # registered at run time: the lookup sees it at once
+    assert codec_for(Child()) is child and codec_for(Base()) is base
+    class Other:
+        pass
+
+    again = register_codec(type("ForBaseAgain", (ForBase,), {"types": (Other,)})())  # name "test-base" again
+    assert codec_for(Base()) is None and codec_for(Child()) is child  # the replaced codec's types go with it
+    assert codec_for(Other()) is again
+
+
+def test_a_codec_whose_types_are_not_classes_is_refused_naming_it():
+    class Wrong:
+        name, types = "test-wrong", ("numpy.ndarray",)
+
+        def encode(self, v):
+            return {}, []
+
+        def decode(self, meta, buffers):
+            return None
+
+    with pytest.raises(SomatizeError, match="'test-wrong' lists 'numpy.ndarray' in `types`, which is not a class"):
+        register_codec(Wrong())

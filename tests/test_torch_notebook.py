@@ -79,7 +79,7 @@ def test_notebook_03_runs_and_shows_what_it_says():
 
     grouped = text(out["grouped"])
     assert "forwards: 16" in grouped and "losses  : 8" in grouped and "updates : 2" in grouped
-    assert "before flush: 2" in text(out["flush"]) and "after flush : 3" in text(out["flush"])
+    assert "before close_group: 2" in text(out["close-group"]) and "after close_group : 3" in text(out["close-group"])
 
     assert re.search(r"\{'body': 'sha256:[0-9a-f]{13}…'\}", text(out["fingerprints"]))
 
@@ -101,11 +101,11 @@ def test_notebook_03_runs_and_shows_what_it_says():
     assert re.match(r"step \d+: the loss is nan", text(out["nan"]))
 
 
-def test_the_graph_shown_after_training_carries_the_runs_times():
+def test_spent_on_the_graph_after_training_carries_the_runs_times():
     _, out = executed()
     (before,) = displayed(out["graph"])
     (after,) = displayed(out["graph-timed"])
     assert "timing" not in before["text/html"]  # nothing had run yet
     html = after["text/html"]
-    assert "times from run 'a-run'" in html.replace("&#x27;", "'")
+    assert "run 'a-run'" in html.replace("&#x27;", "'")  # spent(store, run="a-run", graph=g)
     assert len(re.findall(r'class="timing">[^<]* a forward', html)) == 2  # on body and on head

@@ -287,3 +287,15 @@ def test_fit_refuses_a_one_shot_iterator_for_several_epochs():
         trainer().fit(iter(batches(3)), epochs=2)
     t = trainer().fit((b for b in batches(3)), progress=False)  # one epoch is fine
     assert t.updates == 3
+
+
+def test_every_fact_the_trainer_says_is_reserved_from_the_nodes():
+    from somatize._graph.watchers import RESERVED
+
+    seen = []
+    t = trainer(watching=seen.append, every=2)
+    for b in batches(3):
+        t.step(b)
+    t.close_group()
+    assert {f["fact"] for f in seen} <= RESERVED
+    assert {"updated", "loss", "trainer_us"} <= {f["fact"] for f in seen}

@@ -20,6 +20,8 @@ Register with ``somatize.register_codec(codec)``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .errors import SomatizeTypeError, SomatizeValueError
@@ -28,7 +30,27 @@ from .errors import SomatizeTypeError, SomatizeValueError
 SCALARS = (type(None), bool, int, float, str)
 
 _by_name: dict = {}
-_by_type: dict = {}  # exact type -> codec (or None: no codec), filled lazily
+
+
+def _dispatcher(codecs):
+    """One singledispatch function over the codecs' types, in registration
+    order (a later one wins a type): it finds the codec of the nearest class
+    along a value's MRO, or None."""
+
+    @functools.singledispatch
+    def codec_of(value):
+        return None
+
+    for codec in codecs:
+        for t in tuple(codec.types):
+            codec_of.register(t, lambda value, codec=codec: codec)
+    return codec_of
+
+
+_codec_of = _dispatcher(())
+# exact type -> codec or None: a dict lookup on the hot path (an edge, a
+# keep), where singledispatch's own dispatch costs a few hundred ns more
+_by_type: dict = {}
 
 
 def register_codec(codec):
@@ -41,7 +63,21 @@ def register_codec(codec):
             )
     if not isinstance(codec.name, str) or not codec.name:
         raise SomatizeValueError(f"codec {codec!r} needs a non-empty string `name`")
+    try:
+        types = tuple(codec.types)
+    except TypeError:
+        types = (codec.types,)
+    for t in types:
+        if not isinstance(t, type):
+            raise SomatizeTypeError(
+                f"codec {codec.name!r} lists {t!r:.60} in `types`, which is not a class; "
+                "give the classes it encodes, like types = (MyType,)"
+            )
+    global _codec_of
     _by_name[codec.name] = codec
+    # Rebuilt, not added to: a codec registered again under its name drops
+    # the types of the one it replaces.
+    _codec_of = _dispatcher(_by_name.values())
     _by_type.clear()
     return codec
 
@@ -63,17 +99,8 @@ def codec_for(value):
     try:
         return _by_type[t]
     except KeyError:
-        pass
-    found = None
-    for klass in t.__mro__:
-        for codec in reversed(list(_by_name.values())):
-            if klass in codec.types:
-                found = codec
-                break
-        if found is not None:
-            break
-    _by_type[t] = found
-    return found
+        found = _by_type[t] = _codec_of.dispatch(t)(value)
+        return found
 
 
 def how_to_register(value):

@@ -19,6 +19,7 @@ from .edges import _PASS, _cross, _gather, _slots
 from .._base.errors import NodeError, SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
 from .node import Node, _Chain, _expr, set_weights
 from .._base.values import Opaque
+from .watchers import ENGINE_FACTS, RESERVED, Watchers, watchers
 
 __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
 
@@ -27,7 +28,7 @@ __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]
 
 
 class _Step:
-    __slots__ = ("node", "name", "source", "slot", "forward")
+    __slots__ = ("node", "name", "source", "slot", "forward", "where", "quiet")
 
     def __init__(self, node, source, slot):
         self.node = node
@@ -87,6 +88,8 @@ class Graph:
         for s in steps:
             s.name = s.node._sz_name
             s.forward = s.node.forward
+            s.where = f"the output of node {s.name!r}"
+            s.quiet = Ctx(s.name, None)  # the node's ctx in a forward nobody watches
             if s.node._sz_cached and not s.node._sz_frozen:
                 raise SomatizeValueError(
                     f"node {s.name!r} is .cached() but not .frozen(): a cache over something "
@@ -94,7 +97,9 @@ class Graph:
                     f"{type(s.node).__name__}().named({s.name!r}).frozen().cached(), or drop .cached()."
                 )
         self._steps = tuple(steps)
+        self._width = len(steps) + 1  # slot 0 holds the input
         self._out = out
+        self._fans = not _is_chain(self)
         self._by_name = {s.name: s.node for s in steps}
         self._cached = tuple(s for s in steps if s.node._sz_cached)
 
@@ -147,65 +152,41 @@ class Graph:
     def forward(self, x, store=None, watching=None):
         """Run the graph once on ``x`` and return its output (an Opaque
         leaving the graph is unwrapped)."""
-        watchers = _watchers(watching)
+        w = watching if watching.__class__ is Watchers else watchers(watching)
         if store is not None:
             # opened only when a node caches; checked always, so a wrong
             # argument is never silently ignored
             store = _as_store(store) if self._cached else _check_store_arg(store)
         if store is not None:
             _check_weights(self._cached)
-
-        if watchers:
-            self._watched = watchers  # the graph panel finds a Recorder's run here
-            for w in watchers:
-                began = getattr(w, "forward_began", None)
-                if began is not None:
-                    began()
-
-            def emit(fact):
-                for w in watchers:
-                    try:
-                        w(fact)
-                    except Exception as e:
-                        raise WatcherError(
-                            f"watcher {_describe(w)} raised {type(e).__name__}: {e} when handed "
-                            f"{fact!r}. The forward stopped there; fix the watcher or take it "
-                            "out of watching=."
-                        ) from e
+        if w.all:
+            w.forward_began()
+            emit = w.emit
         else:
             emit = None
 
-        slots = [None] * (len(self._steps) + 1)
-        slots[0] = _cross(x, "the graph's input")
+        # A chain hands each node the output of the one before; only a graph
+        # that fans out keeps every output in a slot (cheaper, measured).
+        fan = self._fans
+        v = x if x.__class__ in _PASS else _cross(x, "the graph's input")
+        if fan:
+            slots = [None] * self._width
+            slots[0] = v
         start = perf_counter_ns()
         for step in self._steps:
-            src = step.source
-            if src.__class__ is int:
-                v = slots[src]
-                arg = v.value if v.__class__ is Opaque else v
+            if fan:
+                arg = _gather(step.source, slots)
             else:
-                arg = _gather(src, slots)
-            node = step.node
-            if store is not None and node._sz_cached:
-                slots[step.slot] = _run_cached(step, arg, store, emit, start)
-                continue
-            ctx = Ctx(step.name, emit)
-            t0 = perf_counter_ns()
-            try:
-                out = step.forward(arg, ctx)
-            except WatcherError:
-                raise  # a watcher failed inside ctx.fact: the node did nothing wrong
-            except Exception as e:
-                raise _failed(step, e, emit, start, t0) from e
-            t1 = perf_counter_ns()
-            slots[step.slot] = out if out.__class__ in _PASS else _cross(out, f"the output of node {step.name!r}")
-            if emit is not None:
-                emit({"fact": "ran", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": (t1 - t0) // 1000})
-        out = _gather(self._out, slots) if self._out.__class__ is not int else slots[self._out]
+                arg = v.value if v.__class__ is Opaque else v
+            if store is not None and step.node._sz_cached:
+                v = _run_cached(step, arg, store, emit, start)
+            else:
+                v = _run(step, arg, emit, start)
+            if fan:
+                slots[step.slot] = v
+        out = _gather(self._out, slots) if fan else v.value if v.__class__ is Opaque else v
         if emit is not None:
             emit({"fact": "finished", "took_us": (perf_counter_ns() - start) // 1000})
-        if out.__class__ is Opaque:
-            return out.value
         return out
 
 
@@ -223,6 +204,8 @@ class Ctx:
 
     def fact(self, fact, **fields):
         """Add ``{"fact": fact, "node": <this node>, **fields}`` to the stream.
+        The engine's and the Trainer's own names (``watchers.RESERVED``: ran,
+        loss, ...) and a ``node`` field are refused.
 
         A one-element array or tensor given as a field (``value=x.norm()``)
         becomes its number, so the record keeps a number, not its text."""
@@ -230,6 +213,19 @@ class Ctx:
             raise SomatizeValueError(
                 f"ctx.fact needs a short name as its first argument (letters, digits, '_', "
                 f"'-', '.', at most 64), like ctx.fact('norm', value=1.5); got {fact!r:.80}"
+            )
+        if fact in RESERVED:
+            owner = "engine" if fact in ENGINE_FACTS else "Trainer"
+            raise SomatizeValueError(
+                f"ctx.fact({fact!r}, ...): {fact!r} is one of the {owner}'s own facts, which the "
+                f"record counts runs and times by ({', '.join(sorted(RESERVED))}); a node's fact "
+                f"by that name would be taken for one of them. Name yours otherwise, like "
+                f"ctx.fact({self.name + '_' + fact!r}, ...)"
+            )
+        if "node" in fields:
+            raise SomatizeValueError(
+                f"ctx.fact({fact!r}, node=...): 'node' is filled in by the engine (this node is "
+                f"{self.name!r}); name the field otherwise, like ctx.fact({fact!r}, other={fields['node']!r:.40})"
             )
         if self._emit is not None:
             for k, v in fields.items():
@@ -289,43 +285,49 @@ def _name_nodes(nodes):
             taken.add(name)
 
 
-def _watchers(watching):
-    if watching is None:
-        return ()
-    if callable(watching):
-        return (watching,)
-    if isinstance(watching, (list, tuple)):
-        for w in watching:
-            if not callable(w):
-                raise SomatizeTypeError(f"watching= holds {w!r}, which is not callable; a watcher is a callable taking one fact (a dict)")
-        return tuple(watching)
-    raise SomatizeTypeError(f"watching= takes a callable or a list of callables; got {type(watching).__name__} {watching!r:.60}")
-
-
-def _describe(w):
-    name = getattr(w, "__qualname__", None) or type(w).__qualname__
-    return f"{name} ({w!r:.80})"
-
-
 def _failed(step, e, emit, start, t0):
-    took = (perf_counter_ns() - t0) // 1000
     if emit is not None:
-        emit({"fact": "failed", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": took,
-              "error": f"{type(e).__name__}: {e}"[:500]})
+        emit({"fact": "failed", "node": step.name, "began_us": (t0 - start) // 1000,
+              "took_us": (perf_counter_ns() - t0) // 1000, "error": f"{type(e).__name__}: {e}"[:500]})
     return NodeError(
         f"node {step.name!r} ({type(step.node).__name__}.forward) raised {type(e).__name__}: {e}"
     )
 
 
+def _run(step, arg, emit, start):
+    """Run one node: check its output at the edge and, when watched, time it
+    and tell the watchers (``ran``); when it raises, ``failed`` and a
+    NodeError."""
+    if emit is None:
+        ctx = step.quiet
+        t0 = 0
+    else:
+        ctx = Ctx(step.name, emit)
+        t0 = perf_counter_ns()
+    try:
+        out = step.forward(arg, ctx)
+    except WatcherError:
+        raise  # a watcher failed inside ctx.fact: the node did nothing wrong
+    except Exception as e:
+        raise _failed(step, e, emit, start, t0) from e
+    if emit is None:
+        return out if out.__class__ in _PASS else _cross(out, step.where)
+    took = (perf_counter_ns() - t0) // 1000  # the node's own time, not the edge's check
+    if out.__class__ not in _PASS:
+        out = _cross(out, step.where)
+    emit({"fact": "ran", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": took})
+    return out
+
+
 def _run_cached(step, arg, store, emit, start):
-    node = step.node
+    """A cached node: recalled when its key is kept, else run and kept."""
     try:
         key_in = store.digest_of(arg)
     except SomatizeError as e:
         raise SomatizeTypeError(
             f"node {step.name!r} is cached, so its input must be data to make a key, but: {e}"
         ) from e
-    key = hashlib.sha256((fingerprint(node) + key_in).encode()).hexdigest()
+    key = hashlib.sha256((fingerprint(step.node) + key_in).encode()).hexdigest()
     name = f"cache/{step.name}/{key}"
     t0 = perf_counter_ns()
     digest = store.lookup(name)
@@ -335,22 +337,11 @@ def _run_cached(step, arg, store, emit, start):
             emit({"fact": "recalled", "node": step.name, "began_us": (t0 - start) // 1000,
                   "took_us": (perf_counter_ns() - t0) // 1000})
         return Opaque(value)
-    ctx = Ctx(step.name, emit)
-    t0 = perf_counter_ns()
-    try:
-        out = step.forward(arg, ctx)
-    except WatcherError:
-        raise
-    except Exception as e:
-        raise _failed(step, e, emit, start, t0) from e
+    crossed = _run(step, arg, emit, start)
     t1 = perf_counter_ns()
-    crossed = _cross(out, f"the output of node {step.name!r}")
-    if emit is not None:
-        emit({"fact": "ran", "node": step.name, "began_us": (t0 - start) // 1000, "took_us": (t1 - t0) // 1000})
     value = crossed.value if crossed.__class__ is Opaque else crossed
     codec = codec_for(value)
-    data = codec.as_data(value) if codec is not None and hasattr(codec, "as_data") else value
-    store.keep(name, data)
+    store.keep(name, codec.as_data(value) if codec is not None and hasattr(codec, "as_data") else value)
     if emit is not None:
         emit({"fact": "kept", "node": step.name, "took_us": (perf_counter_ns() - t1) // 1000})
     return crossed

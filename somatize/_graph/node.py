@@ -13,7 +13,20 @@ import re
 from .._base.errors import SomatizeTypeError, SomatizeValueError
 
 
-class Node:
+class _Expr:
+    """What ``>>`` composes: a node, a chain, a fan. The one place ``>>`` is
+    written; a list, tuple or dict on either side becomes a fan (``_expr``)."""
+
+    __slots__ = ()
+
+    def __rshift__(self, other):
+        return _Chain((self, _expr(other)))
+
+    def __rrshift__(self, other):
+        return _Chain((_expr(other), self))
+
+
+class Node(_Expr):
     """A step of a graph. Subclass it and define ``forward(self, x, ctx)``.
 
     Subclasses need not call ``super().__init__()``: the engine's state lives
@@ -62,12 +75,6 @@ class Node:
     def is_cached(self):
         return self._sz_cached
 
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
     def __repr__(self):
         badges = "".join(
             f".{b}()" for b, on in (("frozen", self._sz_frozen), ("cached", self._sz_cached)) if on
@@ -91,7 +98,7 @@ def set_weights(node, digest, still):
 # --- composing ---------------------------------------------------------------
 
 
-class _Chain:
+class _Chain(_Expr):
     __slots__ = ("parts",)
 
     def __init__(self, parts):
@@ -100,17 +107,11 @@ class _Chain:
             flat.extend(p.parts if isinstance(p, _Chain) else (p,))
         self.parts = tuple(flat)
 
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
     def __repr__(self):
         return " >> ".join(map(repr, self.parts))
 
 
-class _Fan:
+class _Fan(_Expr):
     """Branches that each get the same input; their outputs meet as a tuple
     (from a list or tuple) or a dict (from a dict)."""
 
@@ -120,12 +121,6 @@ class _Fan:
         self.branches = branches
         self.keys = keys
 
-    def __rshift__(self, other):
-        return _Chain((self, _expr(other)))
-
-    def __rrshift__(self, other):
-        return _Chain((_expr(other), self))
-
     def __repr__(self):
         if self.keys is None:
             return "[" + ", ".join(map(repr, self.branches)) + "]"
@@ -133,7 +128,7 @@ class _Fan:
 
 
 def _expr(x):
-    if isinstance(x, (Node, _Chain, _Fan)):
+    if isinstance(x, _Expr):
         return x
     if isinstance(x, (list, tuple)):
         if not x:

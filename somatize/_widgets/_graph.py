@@ -4,10 +4,9 @@
 The rules it keeps:
 - The panel reads the graph through its public face (`nodes`, `edges`,
   `outputs`, `fingerprints()`) and never changes it.
-- A graph remembers only the watchers of its last watched forward (the
-  engine never imports the record). `g` displayed shows its structure:
-  nodes, edges, frozen and cached badges, fingerprints; when a Recorder was
-  among those watchers, also that run's times. Any record can be named:
+- Reads are pure. `g` displayed shows its structure: nodes, edges, frozen
+  and cached badges, fingerprints. A graph remembers nothing of who watched
+  it; a run's times are read from its record when it is named:
   `spent(store, run="a-run", graph=g)` writes on each node its mean time per
   forward and its share of the run, marks the slowest node, and tells its
   time in the forward the timeline shows (the last) on hover.
@@ -213,30 +212,10 @@ def graph_html(d, title):
                       f"<div style='overflow-x:auto;max-width:100%'>{d['svg']}</div>{_table(d)}</div>", title)
 
 
-def recorded_run(g):
-    """(store folder, run) of the last Recorder that watched ``g``, or None."""
-    from ..record._recorder import Recorder
-
-    for w in getattr(g, "_watched", ()):
-        if isinstance(w, Recorder):
-            return w.root, w.run
-    return None
-
-
 def graph_bundle(g, include=None, exclude=None):
-    """The display bundle of a graph: the widget view, the static SVG and text.
-    A graph last run under a Recorder shows that run's times on its nodes."""
-    times, title = None, repr(g)
-    found = recorded_run(g)
-    if found is not None:
-        from ._spent import spent_data, timings
-
-        store, run = found
-        data = spent_data(store, run)
-        if data["forwards"]:
-            times = timings(data)
-            title = f"{title} — times from run {run!r}"
-    d = describe(g, times)
+    """The display bundle of a graph: the widget view, the static SVG and text."""
+    title = repr(g)
+    d = describe(g)
     bundle = {"text/plain": repr(g), "text/html": graph_html(d, title)}
     try:
         from ._views import GraphView, view_bundle

@@ -13,8 +13,8 @@ T examples instead of ``every * B`` (the batches differed in size, or the
 group is left partial), its gradients are multiplied by ``every * B / T``
 once before the update. A full group of equal batches is never rescaled.
 
-A group left open when training ends is closed by ``flush()`` (``fit`` calls
-it at the end of each epoch, so a group never spans two epochs): its partial
+A group left open when training ends is closed by ``close_group()`` (``fit``
+calls it at the end of each epoch, so a group never spans two epochs): its partial
 gradients are rescaled as above, so the update is exactly one step on the
 concatenated batches it holds (not one divided by ``every``, the mistake
 Lightning's issue #19987 is about). Its ``updated`` fact follows the last
@@ -27,7 +27,7 @@ whole batch of the step, then ``{"fact": "trainer_us", "value": <int>}``, the
 µs the step spent outside the graph's forwards: objective, backward, update
 and the Trainer's own bookkeeping (handing its ``updated`` and ``loss`` to
 the watchers included). A step's wall time is its forwards plus
-``trainer_us``; ``flush()``'s update belongs to no step and is not in it.
+``trainer_us``; ``close_group()``'s update belongs to no step and is not in it.
 Steps count from 0, like forwards.
 
 A step that raises (a node failed, the objective was refused, the loss is
@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from time import perf_counter_ns
 
 import torch
 
 from .._graph import engine as _engine
-from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
+from .._graph.watchers import Watchers
+from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
@@ -100,7 +102,8 @@ class Trainer:
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, or clip=None")
             clip = float(clip)
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
-        self._watchers = _engine._watchers(watching)
+        self._watchers = Watchers(watching, where="the Trainer's watching=")
+        self._watched = bool(self._watchers.all)
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
         frozen = frozen_parameters(g)
@@ -114,13 +117,14 @@ class Trainer:
         if not_frozen_in_torch(g):
             freeze(g)
         self._params = params
+        self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
         self._open = 0  # steps in the open group
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
-        self._in_graph = 0  # ns spent inside the graph's forwards this step
+        self._in_graph = 0  # ns spent inside the graph's forwards this step (timed when watched)
 
     # -- the primitive
     def step(self, batch):
@@ -129,26 +133,26 @@ class Trainer:
         began = perf_counter_ns()
         x, y = self._pair(batch)
         index = self.steps
-        self.steps += 1
+        self.steps = index + 1
         self._in_graph = 0
         try:
             if self._fast:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
-                loss.backward()
+                _backward(loss, index)
                 self._update()
                 updated = True
             else:
                 value, updated = self._grouped(x, y, index)
         except NonFiniteLoss as e:
             self._drop()
-            if self._watchers:
+            if self._watched:
                 self._facts(e.loss, False, began)
             raise
         except BaseException:
             self._drop()
             raise
-        if self._watchers:
+        if self._watched:
             self._facts(value, updated, began)
         return value
 
@@ -164,7 +168,7 @@ class Trainer:
             k = xi.shape[0]
             value += self._value(loss, index) * k / n
             scale = k * unit
-            (loss * scale if scale != 1.0 else loss).backward()
+            _backward(loss * scale if scale != 1.0 else loss, index)
         self._open += 1
         self._group_n += n
         closed = self._open == self.every
@@ -172,16 +176,28 @@ class Trainer:
             self._close()
         return value, closed
 
-    def flush(self):
+    def close_group(self):
         """Close a group left open (fewer than ``every`` steps since the last
         update): update as one step on the concatenation of its batches.
         Returns whether an update happened."""
         if self._open == 0:
             return False
         self._close()
-        if self._watchers:
-            self._emit({"fact": "updated"})
+        if self._watched:
+            self._watchers.emit({"fact": "updated"})
         return True
+
+    def flush(self):
+        """Deprecated: ``close_group()``. (``flush`` makes a Recorder's facts
+        durable and sends a Live panel's to the browser; here it meant
+        something else.)"""
+        warnings.warn(
+            "Trainer.flush() is now Trainer.close_group(): it closes the open group of steps "
+            "with an update (flush means making facts durable, on a Recorder)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.close_group()
 
     def _close(self):
         expected = self.every * self._first_n
@@ -207,7 +223,7 @@ class Trainer:
     def fit(self, batches, epochs=1, progress=True):
         """``step`` over every batch, ``epochs`` times, with a progress bar
         (tqdm.auto: text in a terminal, a widget in a notebook). A group left
-        open at the end of an epoch is closed there (see ``flush``)."""
+        open at the end of an epoch is closed there (see ``close_group``)."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -228,7 +244,7 @@ class Trainer:
                     if bar is not None:
                         bar.update(1)
                         bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
-                self.flush()
+                self.close_group()
         finally:
             if bar is not None:
                 bar.close()
@@ -247,8 +263,10 @@ class Trainer:
 
     # -- helpers
     def _forward(self, x):
+        if not self._watched:  # nobody reads trainer_us: no clocks
+            return self._graph_forward(Opaque(x), self.store, self._watchers)
         t = perf_counter_ns()
-        out = self.g.forward(Opaque(x), store=self.store, watching=self._watchers)
+        out = self._graph_forward(Opaque(x), self.store, self._watchers)
         self._in_graph += perf_counter_ns() - t
         return out
 
@@ -260,7 +278,7 @@ class Trainer:
                 "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
             )
         value = loss.item()
-        if not math.isfinite(value):
+        if value - value != 0.0:  # nan for inf and nan: not finite (math.isfinite cost a step ~0.8 µs)
             e = NonFiniteLoss(
                 f"step {index}: the loss is {value}; nothing was updated (the weights, the "
                 "optimizer's state and any open group's gradients are as before the group "
@@ -268,31 +286,19 @@ class Trainer:
             )
             e.step, e.loss = index, value
             raise e
-        if not loss.requires_grad:
-            raise SomatizeValueError(
-                f"step {index}: the loss does not depend on any trainable parameter, so there is "
-                "nothing to train. Is every node frozen, or does the objective detach its input?"
-            )
         return value
 
     def _facts(self, value, updated, began):
+        emit = self._watchers.emit
         if updated:
-            self._emit({"fact": "updated"})
-        self._emit({"fact": "loss", "value": value})
+            emit({"fact": "updated"})
+        emit({"fact": "loss", "value": value})
         # Taken last so that handing the facts above to the watchers counts too.
-        self._emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
-
-    def _emit(self, fact):
-        for w in self._watchers:
-            try:
-                w(fact)
-            except Exception as e:
-                raise WatcherError(
-                    f"watcher {_engine._describe(w)} raised {type(e).__name__}: {e} when handed "
-                    f"{fact!r}. Fix the watcher or take it out of the Trainer's watching=."
-                ) from e
+        emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
 
     def _pair(self, batch):
+        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor:
+            return batch  # the common case, checked in one line
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise SomatizeTypeError(
                 f"step(batch) takes a pair (x, y) of tensors; got {type(batch).__name__}"
@@ -316,6 +322,19 @@ class Trainer:
             f"Trainer({self.g!r}, every={self.every}, micro={self.micro}, clip={self.clip}, "
             f"steps={self.steps}, updates={self.updates})"
         )
+
+
+def _backward(loss, index):
+    try:
+        loss.backward()
+    except RuntimeError:
+        # Asked only once backward refused: asking every step cost ~0.3 µs.
+        if not loss.requires_grad:
+            raise SomatizeValueError(
+                f"step {index}: the loss does not depend on any trainable parameter, so there "
+                "is nothing to train. Is every node frozen, or does the objective detach its input?"
+            ) from None
+        raise
 
 
 def _count(x, y, micro, index):

@@ -1,0 +1,118 @@
+"""Facts and the watchers they are handed to: one owner for the engine and
+the Trainer.
+
+The rule kept here: the record's own vocabulary is reserved. The names the
+engine and the Trainer give their facts (``RESERVED``) are what the record
+counts runs and times by, and what ``loss``, ``forwards()`` and ``nodes()``
+read; a node's ``ctx.fact`` may not use one, so one forward is never counted
+twice and a user's number never lands in the series of a reserved fact.
+A user fact always carries its ``node``, so its series is ``<fact>/<node>``;
+the only reserved series with a ``/`` in its name, ``finished/took_us``, is
+reserved with ``finished``.
+"""
+
+from __future__ import annotations
+
+from .._base.errors import SomatizeTypeError, WatcherError
+
+ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
+TRAINER_FACTS = ("updated", "loss", "trainer_us")
+RESERVED = frozenset(ENGINE_FACTS + TRAINER_FACTS)
+
+
+class Watchers:
+    """The watchers of a forward (or of a Trainer's steps), checked once.
+
+    ``emit(fact)`` hands a fact to each, in order; one that raises becomes a
+    ``WatcherError`` naming it (``where`` says which ``watching=`` to take it
+    out of). ``forward_began()`` tells each watcher that defines it that a
+    forward begins. Every watcher is handed the same dict, which it must not
+    change.
+    """
+
+    __slots__ = ("all", "_began", "emit")
+
+    def __init__(self, watching, where="watching="):
+        self.all = _checked(watching)
+        self._began = tuple(b for b in (getattr(w, "forward_began", None) for w in self.all) if b is not None)
+        self.emit = _emitter(self.all, where)
+
+    def __bool__(self):
+        return bool(self.all)
+
+    def forward_began(self):
+        for began in self._began:
+            began()
+
+    def __repr__(self):
+        return f"Watchers({list(self.all)!r:.200})"
+
+
+def _emitter(all_, where):
+    """``emit(fact)``: a function made once (no bound method to build per
+    fact, no loop for the usual single watcher; it holds the watchers, not
+    the Watchers, so it makes no reference cycle)."""
+
+    if len(all_) == 1:
+        (only,) = all_
+
+        def emit(fact):
+            try:
+                only(fact)
+            except Exception as e:
+                raise _refused(only, fact, e, where) from e
+
+        return emit
+
+    def emit(fact):
+        for w in all_:
+            try:
+                w(fact)
+            except Exception as e:
+                raise _refused(w, fact, e, where) from e
+
+    return emit
+
+
+def _refused(w, fact, e, where):
+    return WatcherError(
+        f"watcher {_describe(w)} raised {type(e).__name__}: {e} when handed "
+        f"{fact!r:.200}. What it was handed before was delivered and the run "
+        f"stopped there; fix the watcher or take it out of {where}."
+    )
+
+
+def _checked(watching):
+    if watching is None:
+        return ()
+    if callable(watching):
+        return (watching,)
+    if isinstance(watching, (list, tuple)):
+        for w in watching:
+            if not callable(w):
+                raise SomatizeTypeError(
+                    f"watching= holds {w!r:.60}, which is not callable; a watcher is a "
+                    "callable taking one fact (a dict)"
+                )
+        return tuple(watching)
+    raise SomatizeTypeError(
+        f"watching= takes a callable or a list of callables; got {type(watching).__name__} {watching!r:.60}"
+    )
+
+
+def _describe(w):
+    name = getattr(w, "__qualname__", None) or type(w).__qualname__
+    return f"{name} ({w!r:.80})"
+
+
+NONE = Watchers(None)
+
+
+def watchers(watching, where="watching="):
+    """``watching`` as Watchers: a Watchers is taken as it is (the Trainer
+    hands the graph the ones it checked once)."""
+    if watching.__class__ is Watchers:
+        return watching
+    if watching is None:
+        return NONE
+    return Watchers(watching, where)
