@@ -310,10 +310,10 @@ def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
 
 @pytest.fixture
 def no_background_flush(monkeypatch):
-    """Only the query itself can hand the facts over (the flusher thread idles)."""
-    from somatize.record import _recorder
+    """The flusher thread idles: whatever the query sees, it read from memory."""
+    from somatize.record import _flusher
 
-    monkeypatch.setattr(_recorder, "_flush_all", lambda: None)
+    monkeypatch.setattr(_flusher, "flush_all", lambda: None)
 
 
 QUERIES = {
@@ -326,16 +326,25 @@ QUERIES = {
 
 
 @pytest.mark.parametrize("query", QUERIES)
-def test_every_query_in_this_process_sees_every_fact_so_far(store, no_background_flush, query):
+def test_every_query_in_this_process_sees_every_fact_so_far_and_writes_nothing(store, no_background_flush, query):
+    """Reads are pure: the pending facts come from memory, no flush is forced."""
     recorder = Recorder(store, run="r")
-    for i in range(3):
+    recorder.forward_began()
+    recorder({"fact": "ran", "node": "body", "began_us": 0, "took_us": 1})
+    recorder({"fact": "finished", "took_us": 0})
+    recorder({"fact": "loss", "value": 0.5})
+    recorder.flush()  # forward 0 on disk, forwards 1 and 2 only in memory
+    for i in (1, 2):
         recorder.forward_began()
         recorder({"fact": "ran", "node": "body", "began_us": 0, "took_us": 1})
         recorder({"fact": "finished", "took_us": i})
         recorder({"fact": "loss", "value": 0.5})
-    summary = store.path / "runs" / "r" / "summary.json"
-    assert b'"facts":0' in summary.read_bytes()  # nothing on disk yet
+    folder = store.path / "runs" / "r"
+    before = {p.name: p.read_bytes() for p in [*folder.iterdir(), *(folder / "series").iterdir()] if p.is_file()}
+    assert b'"facts":3' in before["summary.json"]
     assert QUERIES[query](store)
+    after = {p.name: p.read_bytes() for p in [*folder.iterdir(), *(folder / "series").iterdir()] if p.is_file()}
+    assert after == before  # the query wrote nothing
     recorder.close()
 
 

@@ -30,7 +30,7 @@ def spent_data(store, run, forward=None):
     count = len(per_forward)
     rows = []
     for r in table.to_dict("records"):
-        runs_ = int(r["forwards"])
+        runs_ = int(r["calls"])
         rows.append({"label": str(r["node"]), "kind": "node", "total_us": float(r["total_us"]),
                      "mean_us": float(r["total_us"]) / runs_ if runs_ else 0.0, "count": runs_})
     node_total = sum(r["total_us"] for r in rows)
