@@ -90,7 +90,14 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
             problems.append(f"run {run!r}: series {name!r} cut at byte {len(data)}; a completed flush wrote {size}; " + _RESUME.format(run=run))
         elif want is not None and _log.checksum(data) != want:
             problems.append(f"run {run!r}: series {name!r} ({path}) does not match its checksum in {SUMMARY}; " + _RESUME.format(run=run))
+        elif not in_order(_log.points_of(data)["forward"], summary["forwards"]):
+            problems.append(f"run {run!r}: series {name!r} ({path}) holds forwards out of order or past the run's {summary['forwards']}; " + _RESUME.format(run=run))
     return problems, notes
+
+
+def in_order(forwards, count) -> bool:
+    """Series points come in forward order, each within the run."""
+    return not len(forwards) or (forwards[0] >= 0 and forwards[-1] < count and bool(np.all(forwards[1:] >= forwards[:-1])))
 
 
 def _check_index(run, folder, summary, blocks):

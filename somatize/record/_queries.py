@@ -24,6 +24,7 @@ import numpy as np
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
 from . import _log
+from ._check import in_order
 from ._runs import INDEX, LOG, SERIES, existing_folder, live_recorder, store_root, summaries, summary_or_damage
 from ._summary import TOOK
 
@@ -175,6 +176,8 @@ class _Run:
             except DamagedError as e:
                 raise self.damaged(path, f"does not verify ({e})") from None
             points = _log.points_of(raw)
+            if not in_order(points["forward"], self.committed["forwards"]):
+                raise self.damaged(path, f"holds forwards out of order or past the run's {self.committed['forwards']}")
         pending = self.points.get(name)
         if pending:
             from ._summary import points_bytes
