@@ -162,15 +162,6 @@ def decode(payload: bytes):
     return orjson.loads(payload)
 
 
-def scan(data, offset: int, verify: bool = True):
-    """Yield (first, last, count, offset, length) for each whole block from
-    ``offset``; stop at the end, or raise Torn at the first that is not whole."""
-    while offset < len(data):
-        first, last, count, length, _ = read_block(data, offset, verify)
-        yield first, last, count, offset, length
-        offset += length
-
-
 class Tail:
     """The whole blocks of a log past byte ``start``: what a flush wrote after
     the last one its summary counts (one under way, or one a kill cut short).
