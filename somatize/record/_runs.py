@@ -144,7 +144,7 @@ def load_summary(folder: Path) -> dict | None:
     """The summary of the run in ``folder``, checked (``_summary.parse``);
     None when there is none. Raises ``Broken`` for one that does not read,
     ``_log.NotAFile`` for a summary or log that is not a regular file."""
-    raw = _log.read_bytes(folder / SUMMARY, MAX_BYTES + 1)
+    raw = _log.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
     if raw is None:
         return None
     if len(raw) > MAX_BYTES:
@@ -200,7 +200,7 @@ def holder_alive(folder: Path) -> bool:
     store one may only read still tells running from interrupted. A lock
     that is not a regular file is nobody's: the run reads interrupted."""
     try:
-        fd = os.open(folder / LOCK, os.O_RDONLY | _LOCK_FLAGS)
+        fd = os.open(os.path.join(folder, LOCK), os.O_RDONLY | _LOCK_FLAGS)
     except OSError:
         return False
     try:
@@ -216,29 +216,27 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def state_of(folder: Path, summary: dict | None) -> str:
-    said = (summary or {}).get("state", "running")
-    if said != "running":
-        return said
-    if live_recorder(folder) is not None:
-        return "running"
-    return "running" if holder_alive(folder) else "interrupted"
-
-
 def summaries(store) -> list[dict]:
     """One dict per run, with its state resolved; reads no facts. A live
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
     "damaged" and a "problem" saying why."""
     root = store_root(store)
+    names = run_names(root)
+    where = os.path.join(root, "runs")
+    with LIVE_LOCK:
+        live = dict(LIVE)
+    if live:  # keyed by real path; the run folders are real folders (checked below)
+        real = os.path.realpath(where)
+        live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
     out = []
-    for name in run_names(root):
-        folder = root / "runs" / name
+    for name in names:
+        folder = os.path.join(where, name)
         problem = folder_problem(folder)
         if problem is not None:
             out.append({"run": name, "state": "damaged", "problem": problem})
             continue
-        recorder = live_recorder(folder)
+        recorder = live.get(name)
         if recorder is not None:
             row = recorder._view().summary
             row["state"] = "running"
@@ -251,10 +249,11 @@ def summaries(store) -> list[dict]:
             out.append({"run": name, "state": "damaged", "problem": why})
             continue
         if summary is None:
-            if os.path.lexists(folder / LOG):
+            if os.path.lexists(os.path.join(folder, LOG)):
                 out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
             continue  # a folder being created, or not a run
         summary["run"] = name
-        summary["state"] = state_of(folder, summary)
+        if summary["state"] == "running" and not holder_alive(folder):
+            summary["state"] = "interrupted"
         out.append(summary)
     return out

@@ -66,6 +66,24 @@ def _size_sum(v) -> bool:
     return isinstance(v, list) and len(v) == 2 and _count(v[0]) and (v[1] is None or (_count(v[1]) and v[1] < 1 << 64))
 
 
+_MISSING = object()
+_FIELDS = (  # (field, check, what it must be)
+    ("run", lambda v: isinstance(v, str), "a str"),
+    ("state", lambda v: v in STATES, " or ".join(STATES)),
+    ("started", _number, "a number (seconds since 1970)"),
+    ("updated", _number, "a number (seconds since 1970)"),
+    ("pid", _count, "a whole number"),
+    ("host", lambda v: isinstance(v, str), "a str"),
+    ("log_bytes", lambda v: _count(v) and v < 1 << 62, "a whole number of bytes"),
+    ("facts", _count, "a whole number"),
+    ("forwards", _count, "a whole number"),
+    ("index", lambda v: isinstance(v, list), "[bytes, xxh3]"),
+    ("series", lambda v: isinstance(v, dict), "{name: [bytes, xxh3]}"),
+    ("summarising", lambda v: isinstance(v, dict), "{name: {count, first, last, min, max}}"),
+    ("nodes", lambda v: isinstance(v, dict), "{node: {ran, recalled, kept, total_us, max_us}}"),
+)
+
+
 def parse(raw: bytes) -> dict:
     """The summary in ``raw``, checked field by field; raises ``Broken``.
     Every count is bounded by ``log_bytes`` (a fact takes at least a byte of
@@ -89,37 +107,33 @@ def parse(raw: bytes) -> dict:
     if fmt != FORMAT:
         raise Broken(f"has format {fmt!r:.20}; this somatize reads format {FORMAT}")
 
-    def need(field, ok, what):
-        if field not in s or not ok(s[field]):
-            raise Broken(f"field {field!r} must be {what}, it holds {s.get(field)!r:.60}")
-
-    need("run", lambda v: isinstance(v, str), "a str")
-    need("state", lambda v: v in STATES, " or ".join(STATES))
-    for field in ("started", "updated"):
-        need(field, _number, "a number (seconds since 1970)")
-    need("pid", _count, "a whole number")
-    need("host", lambda v: isinstance(v, str), "a str")
-    need("log_bytes", lambda v: _count(v) and v < 1 << 62, "a whole number of bytes")
-    need("facts", lambda v: _count(v) and v <= s["log_bytes"], "a whole number at most log_bytes")
-    need("forwards", lambda v: _count(v) and v <= s["facts"], "a whole number at most facts")
+    for field, ok, what in _FIELDS:
+        if not ok(s.get(field, _MISSING)):
+            raise Broken(f"field {field!r} must be {what}, it holds {s.get(field, 'nothing')!r:.60}")
+    log_bytes, facts = s["log_bytes"], s["facts"]
+    if facts > log_bytes or s["forwards"] > facts:  # a fact takes a byte or more, a forward a fact or more
+        raise Broken(f"counts {s['forwards']} forwards and {facts} facts in a {log_bytes}-byte log: "
+                     f"not counts a Recorder wrote")
     if s["index"] != [None, None]:
-        need("index", _size_sum, "[bytes, xxh3]")
-        if s["index"][0] > s["log_bytes"]:  # a 32-byte entry per block of 28+ bytes
-            raise Broken(f"field 'index' counts {s['index'][0]} bytes of index for a {s['log_bytes']}-byte log")
-    need("series", lambda v: isinstance(v, dict) and all(isinstance(k, str) and _size_sum(x) for k, x in v.items()),
-         "{name: [bytes, xxh3]}")
-    limit = (s["facts"] + 1) * POINT_BYTES
-    for name, (size, _sum) in s["series"].items():
-        if size > limit or size % POINT_BYTES:
-            raise Broken(f"series {name!r} counts {size} bytes, more than {s['facts']} facts can make")
-    need("summarising", lambda v: isinstance(v, dict) and all(
-        isinstance(k, str) and isinstance(x, dict) and _count(x.get("count"))
-        and all(x.get(f) is None or _number(x.get(f)) for f in _STAT_FIELDS[1:]) for k, x in v.items()),
-        "{name: {count, first, last, min, max}}")
-    need("nodes", lambda v: isinstance(v, dict) and all(
-        isinstance(k, str) and isinstance(x, dict) and all(_count(x.get(f)) for f in _NODE_FIELDS[:3])
-        and all(_number(x.get(f)) for f in _NODE_FIELDS[3:]) for k, x in v.items()),
-        "{node: {ran, recalled, kept, total_us, max_us}}")
+        if not _size_sum(s["index"]):
+            raise Broken(f"field 'index' must be [bytes, xxh3], it holds {s['index']!r:.60}")
+        if s["index"][0] > log_bytes:  # a 32-byte entry per block of 34 bytes or more
+            raise Broken(f"field 'index' counts {s['index'][0]} bytes of index for a {log_bytes}-byte log")
+    limit = (facts + 1) * POINT_BYTES
+    for name, pair in s["series"].items():
+        if not _size_sum(pair):
+            raise Broken(f"field 'series' must be {{name: [bytes, xxh3]}}, it holds {pair!r:.60} for {name!r:.60}")
+        if pair[0] > limit or pair[0] % POINT_BYTES:
+            raise Broken(f"series {name!r:.60} counts {pair[0]} bytes, more than {facts} facts can make")
+    for name, x in s["summarising"].items():
+        if not isinstance(x, dict) or not _count(x.get("count")) or any(
+            not (x.get(f) is None or _number(x.get(f))) for f in _STAT_FIELDS[1:]
+        ):
+            raise Broken(f"field 'summarising' must be {{name: {{count, first, last, min, max}}}}, it holds {x!r:.60} for {name!r:.60}")
+    for node, x in s["nodes"].items():
+        if not isinstance(x, dict) or not (_count(x.get("ran")) and _count(x.get("recalled")) and _count(x.get("kept"))
+                                           and _number(x.get("total_us")) and _number(x.get("max_us"))):
+            raise Broken(f"field 'nodes' must be {{node: {{ran, recalled, kept, total_us, max_us}}}}, it holds {x!r:.60} for {node!r:.60}")
     return s
 
 
