@@ -2,7 +2,9 @@
 
 The rule kept here: the command reads, never writes, and answers from the
 summaries (no pandas, no facts decoded) so that listing a thousand runs is
-instant. Exit status: 0 clean, 1 damage found, 2 a usage error.
+instant. A run whose summary does not read is listed as "damaged", with why
+below the table; the other runs list as ever. ``check`` reports and never
+raises. Exit status: 0 clean, 1 damage found, 2 a usage error.
 """
 
 from __future__ import annotations

@@ -181,6 +181,7 @@ CASES = {
     **{f"{f} a FIFO": (fifo(f), f.split("/")[-1]) for f in FILES},
     **{f"{f} to /dev/zero": (zero(f), f.split("/")[-1]) for f in FILES if f != "lock"},
     "forwards 10**12": (summary_says(forwards=10**12, facts=10**12, log_bytes=10**12), "facts.log"),
+    "summary from the year 10**292": (summary_says(started=1e300, updated=1e300), "summary.json"),
     "summary a list": (lambda run, outside: (run / "summary.json").write_bytes(b"[1, 2]"), "summary.json"),
     "summary of 20 MiB": (huge_summary, "summary.json"),
     "index forged with its checksum": (forged_index, "index.bin"),

@@ -24,6 +24,11 @@ def open_regular(path, missing_ok: bool = True) -> int | None:
     (O_NOFOLLOW), never waits on a FIFO or a device (O_NONBLOCK, then fstat
     must say a regular file). None when missing and ``missing_ok``; raises
     ``NotAFile`` for anything that is not a regular file."""
+    opened = _open_sized(path, missing_ok)
+    return None if opened is None else opened[0]
+
+
+def _open_sized(path, missing_ok):
     try:
         fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
@@ -32,16 +37,27 @@ def open_regular(path, missing_ok: bool = True) -> int | None:
         raise
     except OSError as e:  # ELOOP: a symlink; ENXIO: a socket, say
         raise NotAFile(f"{path} is not a regular file ({e.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotAFile(f"{path} is not a regular file")
-    return fd
+    return fd, st.st_size
 
 
-def pread_all(fd, limit: int, start: int = 0) -> bytes:
-    """At most ``limit`` bytes from ``start`` (fewer at the end of the file)."""
+def pread_all(fd, limit: int, start: int = 0, size: int | None = None) -> bytes:
+    """At most ``limit`` bytes from ``start`` (fewer at the end of the file,
+    which is at ``size`` when known: then one read does)."""
     chunks = []
     want, offset = max(0, limit), start
+    if size is not None:
+        want = max(0, min(want, size - start))
+        if want:  # the usual case: one read returns it all
+            chunk = os.pread(fd, want, offset)
+            if len(chunk) == want:
+                return chunk
+            chunks.append(chunk)
+            want -= len(chunk)
+            offset += len(chunk)
     while want:
         chunk = os.pread(fd, min(want, 1 << 30), offset)
         if not chunk:
@@ -55,11 +71,12 @@ def pread_all(fd, limit: int, start: int = 0) -> bytes:
 def read_bytes(path, limit: int, start: int = 0, missing_ok: bool = True) -> bytes | None:
     """Bytes ``start``..``start + limit`` of the regular file at ``path``
     (``open_regular``); None when it is missing and ``missing_ok``."""
-    fd = open_regular(path, missing_ok)
-    if fd is None:
+    opened = _open_sized(path, missing_ok)
+    if opened is None:
         return None
+    fd, size = opened
     try:
-        return pread_all(fd, limit, start)
+        return pread_all(fd, limit, start, size)
     finally:
         os.close(fd)
 

@@ -28,6 +28,7 @@ from ._runs import INDEX, LOG, SERIES, existing_folder, live_recorder, store_roo
 from ._summary import TOOK
 
 
+TAIL_LIMIT = 1 << 26  # bytes read past the last completed flush: one flush's worth, and then some
 _SHAPED: set = set()  # (folder, index bytes, xxh3, log bytes) whose shape was checked
 
 
@@ -74,7 +75,7 @@ class _Run:
     def entries(self):
         """(index entries of every whole block, count of forwards)."""
         if self.committed is None:  # no summary: every whole block of the log, as it stands
-            tail = self._tail(0)
+            tail = self._tail(0, 1 << 40)  # a regular file: its bytes are there
             return tail.entries(), (int(tail.blocks[-1][1]) + 1 if tail.blocks else 0)
         s = self.committed
         try:
@@ -82,7 +83,7 @@ class _Run:
         except DamagedError:
             # The log is the truth and proves itself block by block: read its
             # blocks from the start (read-only; resume=True rebuilds the file).
-            tail = self._tail(0)
+            tail = self._tail(0, s["log_bytes"])
             if tail.end < s["log_bytes"]:
                 raise self.damaged(self.folder / INDEX, f"does not verify, and {LOG} does not read past byte {tail.end}") from None
             index = tail.entries()
@@ -120,9 +121,9 @@ class _Run:
                 _SHAPED.add(key)
         return index
 
-    def _tail(self, start):
+    def _tail(self, start, limit=TAIL_LIMIT):
         try:
-            return _log.read_tail(self.folder / LOG, start)
+            return _log.read_tail(self.folder / LOG, start, limit)
         except _log.NotAFile as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
 
@@ -337,5 +338,5 @@ def runs(store):
     frame = pd.DataFrame(rows, columns=None if rows else ["run", "state", "forwards", "facts"])
     for when in ("started", "updated"):
         if when in frame:
-            frame[when] = pd.to_datetime(frame[when], unit="s")
+            frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
     return frame

@@ -19,16 +19,12 @@ xxh3 checksum of the index and of each series over those bytes.
 
 from __future__ import annotations
 
-import xxhash
-
 FORMAT = 2
 TOOK = "finished/took_us"  # the series of whole-forward times
 STATES = ("running", "finished", "interrupted")
 MAX_BYTES = 1 << 24  # a summary larger than this is not one we wrote
 POINT_BYTES = 16  # a series record: forward int64, value float64 (_log.POINT)
 _NODE_KINDS = frozenset(("ran", "recalled", "kept"))
-_NODE_FIELDS = ("ran", "recalled", "kept", "total_us", "max_us")
-_STAT_FIELDS = ("count", "first", "last", "min", "max")
 
 
 class Broken(Exception):
@@ -36,6 +32,8 @@ class Broken(Exception):
 
 
 def new(run: str, now: float) -> dict:
+    import xxhash  # here: listing runs never needs it
+
     return {
         "format": FORMAT,
         "run": run,
@@ -58,6 +56,10 @@ def _number(v) -> bool:
     return (v.__class__ is int or v.__class__ is float) and v.__class__ is not bool
 
 
+def _number_or_none(v) -> bool:
+    return v is None or v.__class__ is float or v.__class__ is int
+
+
 def _count(v) -> bool:
     return v.__class__ is int and v >= 0
 
@@ -70,8 +72,8 @@ _MISSING = object()
 _FIELDS = (  # (field, check, what it must be)
     ("run", lambda v: isinstance(v, str), "a str"),
     ("state", lambda v: v in STATES, " or ".join(STATES)),
-    ("started", _number, "a number (seconds since 1970)"),
-    ("updated", _number, "a number (seconds since 1970)"),
+    ("started", lambda v: _number(v) and 0 <= v < 1e11, "a number of seconds since 1970"),
+    ("updated", lambda v: _number(v) and 0 <= v < 1e11, "a number of seconds since 1970"),
     ("pid", _count, "a whole number"),
     ("host", lambda v: isinstance(v, str), "a str"),
     ("log_bytes", lambda v: _count(v) and v < 1 << 62, "a whole number of bytes"),
@@ -126,8 +128,9 @@ def parse(raw: bytes) -> dict:
         if pair[0] > limit or pair[0] % POINT_BYTES:
             raise Broken(f"series {name!r:.60} counts {pair[0]} bytes, more than {facts} facts can make")
     for name, x in s["summarising"].items():
-        if not isinstance(x, dict) or not _count(x.get("count")) or any(
-            not (x.get(f) is None or _number(x.get(f))) for f in _STAT_FIELDS[1:]
+        if not isinstance(x, dict) or not _count(x.get("count")) or not (
+            _number_or_none(x.get("first")) and _number_or_none(x.get("last"))
+            and _number_or_none(x.get("min")) and _number_or_none(x.get("max"))
         ):
             raise Broken(f"field 'summarising' must be {{name: {{count, first, last, min, max}}}}, it holds {x!r:.60} for {name!r:.60}")
     for node, x in s["nodes"].items():
