@@ -295,3 +295,34 @@ def test_forwards_of_a_summary_claiming_a_trillion_is_bounded_by_the_log(store):
     rewrite_summary(other, forwards=10**12)  # more forwards than facts: not a summary we wrote
     with pytest.raises(DamagedError, match="1000000000000 forwards and 60 facts"):
         forwards(store, "other")
+
+
+def test_a_run_of_format_1_reads_and_resume_gives_it_checksums(store):
+    """Runs written before checksums (format 1: sizes only) still read; the
+    index is checked by its shape, and resume rebuilds index and series."""
+    folder = fill(store, "r", 300)
+    s = summary_of(folder)
+    s.update(format=1, series={name: size for name, (size, _sum) in s["series"].items()})
+    del s["index"]
+    (folder / "summary.json").write_bytes(orjson.dumps(s))
+    assert facts(store, "r", forward=123) == [{"fact": "finished", "took_us": 123}, {"fact": "loss", "value": 12.3}]
+    assert len(curve(store, "r", "loss")) == 300
+    assert check_run(folder) == ([], [])
+    fill(store, "r", 1, start=300, resume=True)
+    assert summary_of(folder)["format"] == 2 and summary_of(folder)["index"][1] is not None
+    assert check_run(folder) == ([], []) and len(curve(store, "r", "loss")) == 301
+
+
+def test_a_flush_that_fails_at_exit_is_said_on_stderr(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom somatize import Recorder\n"
+        "r = Recorder(sys.argv[1], run='r')\nr.forward_began(); r({'fact': 'loss', 'value': 1.0}); r.flush()\n"
+        "import pathlib; (pathlib.Path(sys.argv[1]) / 'runs/r/series/energy.bin').mkdir()\n"
+        "r.forward_began(); r({'fact': 'energy', 'value': 2.0})\n"  # no close(): exit flushes
+    )
+    Store(tmp_path / "store")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, timeout=60)
+    assert "somatize:" in done.stderr and "energy.bin" in done.stderr and "resume=True" in done.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 
@@ -56,8 +57,8 @@ def _close_all():
     for recorder in recorders:
         try:
             recorder.close()
-        except Exception:
-            pass  # at exit there is nobody left to tell; the run reads as interrupted
+        except Exception as e:  # nobody left to raise to: say it where a person looks
+            print(f"somatize: {e}", file=sys.stderr)
 
 
 def _forget_after_fork():
