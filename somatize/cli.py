@@ -103,11 +103,11 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
+    from ._base.errors import DamagedError
+    from ._store.check import count_objects
+    from ._store.store import Store
     from .record._check import check_runs
     from .record._runs import run_names
-    from ._base.errors import DamagedError
-    from ._store.store import Store
-    from ._store.check import count_objects
 
     path = Path(path)
     store = Store(path, readonly=True)

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from somatize import Store
-from somatize.record._check import check_runs
 from somatize.record import curve, facts, runs
+from somatize.record._check import check_runs
 
 # Each fact carries its place in the whole sequence (seq), so that loss,
 # duplication and disorder are all visible in one comparison.

@@ -197,7 +197,7 @@ def test_a_spoiled_run_never_hangs_reads_outside_or_crashes(tmp_path, case):
     before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", CHILD, str(root), str(outside)],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["seen"] == [], report["seen"]

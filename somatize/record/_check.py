@@ -19,8 +19,17 @@ from pathlib import Path
 import numpy as np
 
 from .._base.errors import DamagedError
-from . import _log
-from ._runs import INDEX, LOCK, LOG, SERIES, SUMMARY, folder_problem, load_summary, run_names
+from . import _files, _log
+from ._runs import (
+    INDEX,
+    LOCK,
+    LOG,
+    SERIES,
+    SUMMARY,
+    folder_problem,
+    load_summary,
+    run_names,
+)
 from ._summary import Broken
 
 _RESUME = "Recorder(store, run={run!r}, resume=True) rebuilds it from the log"
@@ -50,11 +59,11 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         return [f"run {run!r}: {folder / SUMMARY} {e}; the run no longer lists its summary and cannot be continued; its facts still read with facts(store, run)"], notes
     log = folder / LOG
     if summary is None:
-        if _log.file_size(log):
+        if _files.file_size(log):
             problems.append(f"run {run!r}: facts but no {SUMMARY}; its facts still read with facts(store, run)")
         return problems, notes
     committed = summary["log_bytes"]
-    raw = _log.read_bytes(log, _log.file_size(log)) or b""
+    raw = _files.read_bytes(log, _files.file_size(log)) or b""
     tail = _log.Tail(raw, 0)
     blocks = [b for b in tail.blocks if b[3] + b[4] <= committed]
     if tail.torn is not None and tail.torn < committed:
@@ -85,7 +94,7 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         problems += _check_index(run, folder, summary, blocks)
     for name, (size, want) in summary["series"].items():
         path = _log.series_file(folder / SERIES, name)
-        data = _log.read_bytes(path, size) or b""
+        data = _files.read_bytes(path, size) or b""
         if len(data) < size:
             problems.append(f"run {run!r}: series {name!r} cut at byte {len(data)}; a completed flush wrote {size}; " + _RESUME.format(run=run))
         elif want is not None and _log.checksum(data) != want:
@@ -104,8 +113,8 @@ def _check_index(run, folder, summary, blocks):
     size, want = summary["index"]
     path = folder / INDEX
     if size is None:
-        size = _log.file_size(path) // _log.INDEX.itemsize * _log.INDEX.itemsize
-    data = _log.read_bytes(path, size) or b""
+        size = _files.file_size(path) // _log.INDEX.itemsize * _log.INDEX.itemsize
+    data = _files.read_bytes(path, size) or b""
     if len(data) < size:
         return [f"run {run!r}: {INDEX} holds {len(data)} bytes, a completed flush wrote {size}; " + _RESUME.format(run=run)]
     if want is not None and _log.checksum(data) != want:
@@ -125,8 +134,8 @@ def _damaged_after(raw, index_path, after, committed):
     index lets the check look at every block beyond it."""
     bad = []
     try:
-        data = _log.read_bytes(index_path, 1 << 30) or b""
-    except _log.NotAFile:
+        data = _files.read_bytes(index_path, 1 << 30) or b""
+    except _files.NotAFile:
         return bad
     for entry in np.frombuffer(data, _log.INDEX, len(data) // _log.INDEX.itemsize):
         offset, length = int(entry["offset"]), int(entry["length"])
@@ -150,7 +159,7 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
         folder = root / "runs" / name
         try:
             p, n = check_run(folder)
-        except (OSError, _log.NotAFile, ValueError) as e:  # a file changed under the check, say
+        except (OSError, _files.NotAFile, ValueError) as e:  # a file changed under the check, say
             p, n = [f"run {name!r}: could not be checked ({e}); run the check again, and if it says the same, move {folder} away"], []
         problems += p
         notes += n

@@ -1,11 +1,10 @@
 """The bytes of one run's record: framed fact blocks, their index, the series,
-and the one way the record reads a file.
+and the one reader of a log's tail (queries, recovery and check share it).
 
 The rule kept here: every byte is appended, never rewritten, and each append is
 one ``write()`` call; a reader trusts a block only when its checksum says it
 is whole, so a torn tail is recognised and never read as data. Every file of
-a run is read through ``read_bytes``: a regular file, opened without following
-a symlink and without waiting on a FIFO, at most as many bytes as asked.
+a run is read through ``_files``.
 
     block  = header | payload | checksum
     header = b"SMZB", u32 payload length, u32 fact count,
@@ -29,6 +28,7 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError
+from . import _files
 
 MAGIC = b"SMZB"
 HEADER = struct.Struct("<4sIIqq")
@@ -39,9 +39,6 @@ INDEX = np.dtype([("first", "<i8"), ("last", "<i8"), ("offset", "<i8"), ("length
 POINT = np.dtype([("forward", "<i8"), ("value", "<f8")])
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-
-
-from ._files import NotAFile, file_size, is_real_dir, open_regular, pread_all, read_bytes  # noqa: F401
 
 
 # -- writing blocks -------------------------------------------------------------
@@ -194,7 +191,7 @@ class Tail:
 
 def read_tail(log: Path, start: int, limit: int = 1 << 31) -> Tail:
     """The one reader of a log's tail (queries, recovery and check use it)."""
-    data = read_bytes(log, limit, start) or b""
+    data = _files.read_bytes(log, limit, start) or b""
     return Tail(data, start)
 
 
@@ -214,8 +211,8 @@ def verified(path: Path, size: int, want: int | None, run: str, what: str) -> by
     """The first ``size`` bytes of ``path``, which a completed flush wrote and
     whose checksum the summary holds; DamagedError if they are not those."""
     try:
-        data = read_bytes(path, size) or b""
-    except NotAFile as e:
+        data = _files.read_bytes(path, size) or b""
+    except _files.NotAFile as e:
         raise DamagedError(f"run {run!r}: {e}; {_fix(path)}") from None
     if len(data) < size:
         raise DamagedError(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, a completed flush wrote {size}; {_fix(path)}")
@@ -252,7 +249,7 @@ def points_bytes(forwards: list, values: list) -> bytes:
 
 
 def series_names(folder: Path) -> list[str]:
-    if not is_real_dir(folder):
+    if not _files.is_real_dir(folder):
         return []
     try:
         files = os.listdir(folder)

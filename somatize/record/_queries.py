@@ -22,11 +22,24 @@ import os
 
 import numpy as np
 
-from .._base.errors import DamagedError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from . import _log
-from ._runs import INDEX, LOG, SERIES, existing_folder, live_recorder, store_root, summaries, summary_or_damage
+from .._base.errors import (
+    DamagedError,
+    SomatizeKeyError,
+    SomatizeTypeError,
+    SomatizeValueError,
+)
+from . import _files, _log
+from ._runs import (
+    INDEX,
+    LOG,
+    SERIES,
+    existing_folder,
+    live_recorder,
+    store_root,
+    summaries,
+    summary_or_damage,
+)
 from ._summary import TOOK
-
 
 TAIL_LIMIT = 1 << 26  # bytes read past the last completed flush: one flush's worth, and then some
 _SHAPED: set = set()  # (folder, index bytes, xxh3, log bytes) whose shape was checked
@@ -66,8 +79,8 @@ class _Run:
         if self.live:
             return
         try:
-            size = _log.file_size(self.folder / LOG)
-        except _log.NotAFile as e:
+            size = _files.file_size(self.folder / LOG)
+        except _files.NotAFile as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
         if size < self.committed["log_bytes"]:
             raise self.damaged(self.folder / LOG, f"holds {size} bytes, fewer than the {self.committed['log_bytes']} its summary counts")
@@ -103,8 +116,8 @@ class _Run:
         size, want = s["index"]
         if size is None:  # format 1: no checksum; the shape check below still holds
             try:
-                size = _log.file_size(self.folder / INDEX) // _log.INDEX.itemsize * _log.INDEX.itemsize
-            except _log.NotAFile as e:
+                size = _files.file_size(self.folder / INDEX) // _log.INDEX.itemsize * _log.INDEX.itemsize
+            except _files.NotAFile as e:
                 raise self.damaged(self.folder / INDEX, f"cannot be read ({e})") from None
         raw = _log.verified(self.folder / INDEX, size, want, self.name, "index")
         if len(raw) % _log.INDEX.itemsize:
@@ -124,7 +137,7 @@ class _Run:
     def _tail(self, start, limit=TAIL_LIMIT):
         try:
             return _log.read_tail(self.folder / LOG, start, limit)
-        except _log.NotAFile as e:
+        except _files.NotAFile as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
 
     def _check_shape(self, index, log_bytes):
@@ -151,12 +164,12 @@ class _Run:
         if not len(entries):
             return out  # a run that has no facts yet may have no log yet either
         try:
-            fd = _log.open_regular(self.folder / LOG, missing_ok=False)
-        except (_log.NotAFile, FileNotFoundError) as e:
+            fd = _files.open_regular(self.folder / LOG, missing_ok=False)
+        except (_files.NotAFile, FileNotFoundError) as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
         try:
             for first, last, offset, length in entries:
-                raw = _log.pread_all(fd, int(length), int(offset))
+                raw = _files.pread_all(fd, int(length), int(offset))
                 try:
                     first_, last_, _count, _n, payload = _log.read_block(raw, 0)
                     if (first_, last_) != (first, last) or len(raw) != length:
@@ -177,7 +190,7 @@ class _Run:
         size, want = self.committed["series"].get(name, (0, None)) if self.committed else (0, None)
         points = np.empty(0, _log.POINT)
         if size:
-            if not _log.is_real_dir(self.folder / SERIES):
+            if not _files.is_real_dir(self.folder / SERIES):
                 raise self.damaged(self.folder / SERIES, "is not a real folder (a symlink?); nothing is read through it")
             path = _log.series_file(self.folder / SERIES, name)
             try:

@@ -2,8 +2,8 @@
 
 The rule kept here: the hot path is one list append. Handing a fact over costs
 ``list.append``; numbering forwards, encoding, summarising and writing all
-happen on a flush, which the background flusher runs every ``FLUSH_EVERY``
-seconds (``_flusher``), and ``flush()``, ``close()`` and exit.
+happen on a flush, which the background flusher runs every ``_flusher.FLUSH_EVERY``
+seconds, and ``flush()``, ``close()`` and exit.
 
 A flush appends whole blocks to ``facts.log`` in one ``write()`` and fsyncs,
 then the series and the index, and last rewrites ``summary.json`` atomically
@@ -33,8 +33,7 @@ import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._store.files import append_durably, make_dirs, sync_dir
-from . import _flusher, _log, _recovery, _summary
-from ._flusher import FLUSH_EVERY  # noqa: F401  (re-exported: the docs name it here)
+from . import _files, _flusher, _log, _recovery, _summary
 from ._runs import (
     INDEX,
     LIVE,
@@ -52,7 +51,6 @@ from ._runs import (
     store_root,
     try_lock,
 )
-from ._summary import TOOK  # noqa: F401  (queries import it from here)
 
 CHUNK = 8192  # pending items a flush takes at a time
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -110,7 +108,7 @@ class Recorder:
             raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
         for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
             sync_dir(changed)
-        if not _log.is_real_dir(folder / SERIES):
+        if not _files.is_real_dir(folder / SERIES):
             raise DamagedError(f"run {run!r}: {folder / SERIES} is not a real folder; move it away or record into another run")
         self.run = run
         self.root = root  # the store's folder
@@ -139,7 +137,7 @@ class Recorder:
             try:
                 self._lock_fd = _lock_or_refuse(root, folder, run)
                 self._open(root, run, list(summarising), resume)
-            except _log.NotAFile as e:
+            except _files.NotAFile as e:
                 self._release()
                 raise DamagedError(f"run {run!r}: {e}; move it away or record into another run") from None
             except BaseException:
@@ -217,7 +215,7 @@ class Recorder:
 
     # -- what a query in this process reads ----------------------------------
 
-    def _view(self) -> "_View":
+    def _view(self) -> _View:
         """The run as it stands: the summary of the last completed flush (what
         the files hold) and, from memory, the facts handed over since."""
         with self._flush_lock:
@@ -453,8 +451,8 @@ def _lock_or_refuse(root, folder, run):
             return fd
         time.sleep(0.005)
     try:
-        holder = (_log.read_bytes(folder / LOCK, 4096) or b"").decode(errors="replace").split()
-    except _log.NotAFile:
+        holder = (_files.read_bytes(folder / LOCK, 4096) or b"").decode(errors="replace").split()
+    except _files.NotAFile:
         holder = []
     who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
     raise SomatizeValueError(

@@ -17,7 +17,7 @@ import xxhash
 
 from .._base.errors import DamagedError
 from .._store.files import replace, sync_dir, write_temp
-from . import _log
+from . import _files, _log
 from ._runs import INDEX, LOG, SERIES
 from ._summary import points_bytes, summarise
 
@@ -30,9 +30,9 @@ def recover(folder, summary: dict, run: str):
     what the summary counts. ``summary`` is updated when files are rebuilt."""
     committed = summary["log_bytes"]
     log = folder / LOG
-    if _log.file_size(log) < committed:
+    if _files.file_size(log) < committed:
         raise DamagedError(
-            f"run {run!r} is damaged: {log} holds {_log.file_size(log)} bytes, its summary "
+            f"run {run!r} is damaged: {log} holds {_files.file_size(log)} bytes, its summary "
             f"counts {committed}; run `somatize check` on the store and record into a new run"
         )
     tail = _log.read_tail(log, committed)
@@ -48,15 +48,15 @@ def _verified(folder, summary):
     """Running checksums of the index and the series, each cut back to what
     the summary counts; None when one of them does not match."""
     hashers = {}
-    size, want = summary["index"]
-    if want is None:
+    index_size, index_sum = summary["index"]
+    if index_sum is None:
         return None
-    for path, size, want, key in [(folder / INDEX, size, want, INDEX)] + [
+    for path, size, want, key in [(folder / INDEX, index_size, index_sum, INDEX)] + [
         (_log.series_file(folder / SERIES, n), s, w, n) for n, (s, w) in summary["series"].items()
     ]:
         try:
-            data = _log.read_bytes(path, size) or b""
-        except _log.NotAFile:
+            data = _files.read_bytes(path, size) or b""
+        except _files.NotAFile:
             return None
         if len(data) != size or want is None or _log.checksum(data) != want:
             return None

@@ -3,7 +3,7 @@
 The rule kept here: listing runs reads one small ``summary.json`` per run and
 never a fact; a run whose summary does not read lists as "damaged" and the
 others list as ever. Only regular files in real folders of the store are read:
-``runs/`` and a run's folder must not be symlinks (``_log.read_bytes`` opens
+``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
 each file without following one). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
 process died ("interrupted"). POSIX locks belong to a process and closing any
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._store.names import RUN_NAME
-from . import _files as _log
+from . import _files
 from ._summary import MAX_BYTES, Broken, parse
 
 SUMMARY = "summary.json"
@@ -143,8 +143,8 @@ def existing_folder(root: Path, run) -> Path:
 def load_summary(folder: Path) -> dict | None:
     """The summary of the run in ``folder``, checked (``_summary.parse``);
     None when there is none. Raises ``Broken`` for one that does not read,
-    ``_log.NotAFile`` for a summary or log that is not a regular file."""
-    raw = _log.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
+    ``_files.NotAFile`` for a summary or log that is not a regular file."""
+    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
     if raw is None:
         return None
     if len(raw) > MAX_BYTES:
@@ -156,7 +156,7 @@ def summary_or_damage(folder: Path, run: str) -> dict | None:
     """``load_summary`` for a query: damage raised as DamagedError naming the file."""
     try:
         return load_summary(folder)
-    except (Broken, _log.NotAFile) as e:
+    except (Broken, _files.NotAFile) as e:
         what = f"{folder / SUMMARY} {e}" if isinstance(e, Broken) else str(e)
         raise DamagedError(
             f"run {run!r}: {what}; run `somatize check` on the store and record into a new run "
@@ -177,10 +177,10 @@ def try_lock(folder: Path) -> int | None:
     try:
         fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | _LOCK_FLAGS, 0o644)
     except OSError as e:
-        raise _log.NotAFile(f"{folder / LOCK} is not a regular file ({e.strerror})") from None
+        raise _files.NotAFile(f"{folder / LOCK} is not a regular file ({e.strerror})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise _log.NotAFile(f"{folder / LOCK} is not a regular file")
+        raise _files.NotAFile(f"{folder / LOCK} is not a regular file")
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -208,9 +208,7 @@ def holder_alive(folder: Path) -> bool:
             return False
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
-        if e.errno in (errno.EACCES, errno.EAGAIN):
-            return True
-        return False
+        return e.errno in (errno.EACCES, errno.EAGAIN)
     finally:
         os.close(fd)  # closing releases the probe's lock
     return False
@@ -244,7 +242,7 @@ def summaries(store) -> list[dict]:
             continue
         try:
             summary = load_summary(folder)
-        except (Broken, _log.NotAFile) as e:
+        except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
             out.append({"run": name, "state": "damaged", "problem": why})
             continue
