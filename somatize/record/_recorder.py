@@ -19,7 +19,6 @@ A query in this process reads the facts not yet flushed from memory
 
 from __future__ import annotations
 
-import copy
 import os
 import secrets
 import socket
@@ -103,13 +102,11 @@ class Recorder:
         root = store_root(store, create=True)
         folder = run_folder(root, run)
         runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
-        problem = folder_problem(folder)
+        problem = folder_problem(folder) or folder_problem(folder / SERIES)
         if problem is not None:
             raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
         for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
             sync_dir(changed)
-        if not _files.is_real_dir(folder / SERIES):
-            raise DamagedError(f"run {run!r}: {folder / SERIES} is not a real folder; move it away or record into another run")
         self.run = run
         self.root = root  # the store's folder
         self.folder = folder
@@ -219,10 +216,10 @@ class Recorder:
         """The run as it stands: the summary of the last completed flush (what
         the files hold) and, from memory, the facts handed over since."""
         with self._flush_lock:
-            committed = copy.deepcopy(self._summary)
+            committed = _copy(self._summary)
             pending = list(self._pending) if isinstance(self._pending, list) else []
             groups, _, _ = _group(pending, self._forward, self._has_facts)
-        summary = copy.deepcopy(committed)
+        summary = _copy(committed)
         points: dict = {}
         summary["facts"] += _summary.summarise(groups, summary, points)
         if groups:
@@ -370,6 +367,17 @@ class Recorder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the lock
             self._lock_fd = None
+
+
+def _copy(summary):
+    """A copy of a summary that a flush (or a fold) may change without
+    touching the original: its dicts of dicts, one level down."""
+    out = dict(summary)
+    out["index"] = list(summary["index"])
+    out["series"] = dict(summary["series"])  # values are replaced, never changed in place
+    out["nodes"] = {k: dict(v) for k, v in summary["nodes"].items()}
+    out["summarising"] = {k: dict(v) for k, v in summary["summarising"].items()}
+    return out
 
 
 def _group(batch, forward, has):
