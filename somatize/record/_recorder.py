@@ -98,8 +98,13 @@ class Recorder:
                     f"summarising= takes the names of facts to summarise, like "
                     f"summarising=['loss']; got {name!r:.60} in it"
                 )
-        run = default_name() if run is None else checked_name(run)
+        if run is not None:
+            checked_name(run)  # before anything is written
         root = store_root(store, create=True)
+        if run is None:
+            run = default_name()
+            while os.path.lexists(root / "runs" / run):  # the same second, the same suffix: rare
+                run = default_name()
         folder = run_folder(root, run)
         runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
         problem = folder_problem(folder) or folder_problem(folder / SERIES)
