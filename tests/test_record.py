@@ -526,3 +526,24 @@ def test_nodes_counts_calls_as_ran_plus_recalled(store):
     row = nodes(store, "r").set_index("node").loc["a"]
     assert (row["calls"], row["ran"], row["recalled"], row["mean_us"]) == (3, 1, 2, 4.0)
     assert "forwards" not in nodes(store, "r")
+
+
+@pytest.mark.parametrize("took", [2**70, float("nan"), float("inf")])
+def test_a_node_time_json_cannot_hold_keeps_the_summary_readable(store, took):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": took})
+        recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": 5})
+    assert runs(store).set_index("run").loc["r", "state"] == "finished"
+    assert nodes(store, "r").set_index("node").loc["a", "calls"] == 2
+
+
+def test_a_run_whose_first_loss_was_infinite_resumes_and_summarises_on(store):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": float("inf")})
+    with Recorder(store, run="r", resume=True) as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": 0.5})
+    row = runs(store).set_index("run").loc["r"]
+    assert (row["state"], row["loss"], row["loss_min"]) == ("finished", 0.5, 0.5)

@@ -213,18 +213,26 @@ def summarise(groups, summary: dict, points: dict) -> int:
                 total, most = sum(took), max(took)
             if not _number(total):  # numpy numbers: kept as Python ones
                 total, most = float(total), float(most)
-            agg["total_us"] += total
+            if total - total != 0 or most - most != 0:  # inf or NaN: JSON has no word for it
+                continue
+            agg["total_us"] = _fits(agg["total_us"] + total)
             if kind != "kept" and most > agg["max_us"]:
-                agg["max_us"] = most
+                agg["max_us"] = _fits(most)
     return count
 
 
+def _fits(n):
+    """``n`` as JSON can hold it: an int past 64 bits becomes a float."""
+    return float(n) if n.__class__ is int and not -(1 << 63) <= n < 1 << 63 else n
+
+
 def _fold(s, value):
+    # min and max may read back None (an inf or NaN is null in JSON): start again there
     if s["count"] == 0:
-        s["first"] = s["min"] = s["max"] = value
-    elif value < s["min"]:
+        s["first"] = value
+    if s["min"] is None or value < s["min"]:
         s["min"] = value
-    elif value > s["max"]:
+    if s["max"] is None or value > s["max"]:
         s["max"] = value
     s["count"] += 1
     s["last"] = value
