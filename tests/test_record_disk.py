@@ -325,3 +325,17 @@ def test_a_flush_that_fails_at_exit_is_said_on_stderr(tmp_path):
     Store(tmp_path / "store")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, timeout=60, check=False)
     assert "somatize:" in done.stderr and "energy.bin" in done.stderr and "resume=True" in done.stderr
+
+
+@pytest.mark.parametrize("junk", ["fifo", "symlink"])
+def test_junk_at_the_summarys_temp_name_is_cleared_not_written_through(store, tmp_path, junk):
+    import os
+
+    folder = fill(store, "r", 3)
+    tmp = folder / f".summary.json.{os.getpid()}.tmp"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    os.mkfifo(tmp) if junk == "fifo" else tmp.symlink_to(outside)
+    fill(store, "r", 2, start=3, resume=True)
+    assert outside.read_text() == "keep me" and not os.path.lexists(tmp)
+    assert len(forwards(store, "r")) == 5

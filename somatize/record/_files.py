@@ -101,3 +101,11 @@ def is_real_dir(path) -> bool:
         return False
 
 
+
+
+def remove_junk(path):
+    """Remove what lies at ``path`` (a stale temp file, a symlink, a FIFO), not a folder."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a folder, or gone: the open that follows says what is wrong

@@ -293,9 +293,12 @@ class Recorder:
     def _write_summary(self):
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
-        if os.path.islink(tmp):
-            os.unlink(tmp)  # never write through a symlink
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
+        if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
+            _files.remove_junk(tmp)  # our temp file's name: whatever else is there is left over
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
+        except OSError as e:
+            raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
         try:
             append_durably(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
         finally:
