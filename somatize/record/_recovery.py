@@ -6,8 +6,8 @@ are a flush a kill interrupted: its whole blocks are written again, its torn
 remains cut. The index and the series are verified against the checksums the
 summary holds; when one does not match (or the summary is of format 1 and
 holds none) both are rebuilt from the log, which proves itself block by block.
-A rebuilt series lacks the points the log can only hold as null (a NaN or an
-infinity) and holds as float the ints it held as text (past 64 bits).
+A rebuilt series lacks the points the log can only hold as null (a NaN, an
+infinity) or as text (an int past 64 bits).
 """
 
 from __future__ import annotations
