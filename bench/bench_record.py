@@ -6,7 +6,8 @@
    beside sqlite batched executemany inserts + commit (the issue's anchor);
 2. a 100k-point curve read;
 3. one forward's facts from a 1M-fact run;
-4. `somatize runs` on a store of 1,000 runs: the function, and the command.
+4. `somatize runs` on a store of 1,000 runs: the function, and the command;
+5. `somatize runs` beside a run summarising 40,000 facts (was quadratic).
 """
 
 from __future__ import annotations
@@ -134,6 +135,16 @@ def main():
     whole = median_of(lambda: subprocess.run(cmd, capture_output=True, check=True), 5)
     bare = median_of(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), 5)
     print(f"runs, 1,000 runs : {t * 1e3:.1f} ms in process   whole command {whole * 1e3:.0f} ms (python itself: {bare * 1e3:.0f} ms)   (target <= 200)")
+
+    wide = Store(Path(root) / "wide")
+    names = [f"m{i:05d}" for i in range(40_000)]
+    with Recorder(wide, run="wide", summarising=names) as recorder:
+        recorder.forward_began()
+        recorder({"fact": "m00000", "value": 1.0})
+    for k in range(10):
+        Recorder(wide, run=f"run-{k}").close()
+    t = median_of(lambda: runs_table(wide.path), 3)
+    print(f"runs, one run summarising 40,000 facts: {t * 1e3:.1f} ms in process")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 The rule kept here: the command reads, never writes, and answers from the
 summaries (no pandas, no facts decoded) so that listing a thousand runs is
-instant. Exit status: 0 clean, 1 damage found, 2 a usage error.
+instant. A run whose summary does not read is listed as "damaged", with why
+below the table; the other runs list as ever. ``check`` reports and never
+raises. Exit status: 0 clean, 1 damage found, 2 a usage error.
 """
 
 from __future__ import annotations
@@ -48,18 +50,24 @@ def _whole(value) -> str:
     return f"{value:,}" if isinstance(value, int) else _number(value)
 
 
+SHOWN = 6  # summarised facts shown as columns; more would not fit a terminal
+
+
 def runs_table(path) -> str:
-    """The text ``somatize runs`` prints."""
+    """The text ``somatize runs`` prints: one line per run, a damaged run
+    marked "damaged" with why below the table. Linear in the runs and their
+    summarised facts."""
     from .record._runs import summaries
 
     rows = summaries(Path(path))
     if not rows:
         return f"no runs in {path} yet"
-    names = []
+    names: dict = {}
     for row in rows:
         for name in row.get("summarising", {}):
-            if name not in names:
-                names.append(name)
+            names.setdefault(name, None)
+    more = max(0, len(names) - SHOWN)
+    names = list(names)[:SHOWN]
     now = time.time()
     head = ["run", "state", "forwards", "facts", *names, "updated"]
     lines = [head]
@@ -69,18 +77,24 @@ def runs_table(path) -> str:
             [
                 row["run"],
                 row["state"],
-                _whole(row.get("forwards", 0)),
-                _whole(row.get("facts", 0)),
+                _whole(row.get("forwards")),
+                _whole(row.get("facts")),
                 *(_number(stats.get(n, {}).get("last")) for n in names),
                 _ago(row.get("updated"), now),
             ]
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     right = {2, 3, *range(4, 4 + len(names))}
-    return "\n".join(
+    out = [
         "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
         for line in lines
-    )
+    ]
+    if more:
+        out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
+    for row in rows:
+        if "problem" in row:
+            out.append(f"damaged: {row['run']}: {row['problem']} (`somatize check {path}` says more)")
+    return "\n".join(out)
 
 
 def _count(n, noun) -> str:
@@ -89,19 +103,24 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
+    from ._base.errors import DamagedError
+    from ._store.check import count_objects
+    from ._store.store import Store
     from .record._check import check_runs
     from .record._runs import run_names
-    from ._store.store import Store
-    from ._store.check import count_objects
 
     path = Path(path)
     store = Store(path, readonly=True)
     problems = store.check()
     run_problems, notes = check_runs(path)
+    try:
+        runs = len(run_names(path))
+    except DamagedError:
+        runs = 0
     problems += run_problems
     checked = (
         f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "
-        f"{_count(len(run_names(path)), 'run')}"
+        f"{_count(runs, 'run')}"
     )
     out = [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]
     if problems:
@@ -125,10 +144,20 @@ def main(argv=None) -> int:
     except _Usage as e:
         print(f"somatize {args.command}: {e}", file=sys.stderr)
         return 2
+    from ._base.errors import SomatizeError
+
     if args.command == "runs":
-        print(runs_table(path))
+        try:
+            print(runs_table(path))
+        except SomatizeError as e:
+            print(f"somatize runs: {e}", file=sys.stderr)
+            return 1
         return 0
-    report, clean = check_report(path)
+    try:
+        report, clean = check_report(path)
+    except SomatizeError as e:
+        print(f"problem: {e}\n1 problem in {path}", file=sys.stdout)
+        return 1
     print(report)
     return 0 if clean else 1
 

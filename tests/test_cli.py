@@ -160,3 +160,73 @@ def test_listing_runs_loads_neither_numpy_nor_pandas(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[-1] == "[]" and "done" in out.stdout
+
+
+def table_cells(output):
+    """The table's rows as (cells, [(start, end) of each cell]): cells are
+    apart by two spaces or more (a cell such as "3 s ago" holds single ones)."""
+    import re
+
+    lines = [line for line in output.splitlines() if line and not line.startswith(("damaged:", "("))]
+    return [([m.group() for m in re.finditer(r"\S+(?: \S+)*", line)],
+             [m.span() for m in re.finditer(r"\S+(?: \S+)*", line)]) for line in lines]
+
+
+def test_runs_table_aligns_numbers_right_with_thousands_and_four_digits(tmp_path):
+    store = Store(tmp_path / "store")
+    for name, n, loss in (("big", 1234, 0.000123456), ("small", 7, 12345.678)):
+        with Recorder(store, run=name, summarising=["loss"]) as r:
+            for i in range(n):
+                r.forward_began()
+                r({"fact": "loss", "value": loss})
+    done = somatize("runs", store.path)
+    rows = table_cells(done.stdout)
+    head = rows[0][0]
+    assert head[:5] == ["run", "state", "forwards", "facts", "loss"]
+    by_run = {cells[0]: dict(zip(head, cells)) for cells, _ in rows[1:]}
+    assert by_run["big"]["forwards"] == "1,234" and by_run["small"]["forwards"] == "7"
+    assert by_run["big"]["facts"] == "1,234"
+    assert by_run["big"]["loss"] == "0.0001235" and by_run["small"]["loss"] == "1.235e+04"
+    for k, column in enumerate(head):
+        starts = {spans[k][0] for _, spans in rows}
+        ends = {spans[k][1] for _, spans in rows}
+        if column in ("forwards", "facts", "loss"):
+            assert len(ends) == 1, column  # numbers end where their column ends
+        elif column in ("run", "state"):
+            assert len(starts) == 1, column
+
+
+def test_runs_lists_the_others_and_marks_a_broken_run_damaged(tmp_path):
+    store, live = make(tmp_path)
+    live.close()
+    (store.path / "runs" / "live" / "summary.json").write_bytes(b'{"summarising": 5}')
+    done = somatize("runs", store.path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    rows = table_cells(done.stdout)
+    by_run = {cells[0]: dict(zip(rows[0][0], cells)) for cells, _ in rows[1:]}
+    assert by_run["done"]["state"] == "finished" and by_run["done"]["forwards"] == "30"
+    assert by_run["live"]["state"] == "damaged"
+    assert "damaged: live:" in done.stdout and "summary.json" in done.stdout
+    checked = somatize("check", store.path)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr and "'live'" in checked.stdout
+
+
+def test_runs_that_is_a_file_is_reported_not_a_traceback(tmp_path):
+    store = Store(tmp_path / "store")
+    (store.path / "runs").write_text("not a folder")
+    for command in ("runs", "check"):
+        done = somatize(command, store.path)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "runs is not a folder" in done.stdout + done.stderr
+
+
+def test_runs_with_thousands_of_summarised_facts_shows_a_few_and_says_so(tmp_path):
+    store = Store(tmp_path / "store")
+    names = [f"m{i:05d}" for i in range(3000)]
+    with Recorder(store, run="wide", summarising=names) as r:
+        r.forward_began()
+        r({"fact": "m00000", "value": 1.0})
+    done = somatize("runs", store.path)
+    head = table_cells(done.stdout)[0][0]
+    assert head == ["run", "state", "forwards", "facts", *names[:6], "updated"]
+    assert "2,994 more summarised facts" in done.stdout

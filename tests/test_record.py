@@ -310,10 +310,10 @@ def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
 
 @pytest.fixture
 def no_background_flush(monkeypatch):
-    """Only the query itself can hand the facts over (the flusher thread idles)."""
-    from somatize.record import _recorder
+    """The flusher thread idles: whatever the query sees, it read from memory."""
+    from somatize.record import _flusher
 
-    monkeypatch.setattr(_recorder, "_flush_all", lambda: None)
+    monkeypatch.setattr(_flusher, "flush_all", lambda: None)
 
 
 QUERIES = {
@@ -326,16 +326,25 @@ QUERIES = {
 
 
 @pytest.mark.parametrize("query", QUERIES)
-def test_every_query_in_this_process_sees_every_fact_so_far(store, no_background_flush, query):
+def test_every_query_in_this_process_sees_every_fact_so_far_and_writes_nothing(store, no_background_flush, query):
+    """Reads are pure: the pending facts come from memory, no flush is forced."""
     recorder = Recorder(store, run="r")
-    for i in range(3):
+    recorder.forward_began()
+    recorder({"fact": "ran", "node": "body", "began_us": 0, "took_us": 1})
+    recorder({"fact": "finished", "took_us": 0})
+    recorder({"fact": "loss", "value": 0.5})
+    recorder.flush()  # forward 0 on disk, forwards 1 and 2 only in memory
+    for i in (1, 2):
         recorder.forward_began()
         recorder({"fact": "ran", "node": "body", "began_us": 0, "took_us": 1})
         recorder({"fact": "finished", "took_us": i})
         recorder({"fact": "loss", "value": 0.5})
-    summary = store.path / "runs" / "r" / "summary.json"
-    assert b'"facts":0' in summary.read_bytes()  # nothing on disk yet
+    folder = store.path / "runs" / "r"
+    before = {p.name: p.read_bytes() for p in [*folder.iterdir(), *(folder / "series").iterdir()] if p.is_file()}
+    assert b'"facts":3' in before["summary.json"]
     assert QUERIES[query](store)
+    after = {p.name: p.read_bytes() for p in [*folder.iterdir(), *(folder / "series").iterdir()] if p.is_file()}
+    assert after == before  # the query wrote nothing
     recorder.close()
 
 
@@ -401,3 +410,140 @@ def test_summarising_must_name_facts_and_nothing_is_written_before_it_is_checked
     with pytest.raises(TypeError, match=r"summarising=\['loss'\]"):
         Recorder(tmp_path / "s", run="r", summarising=bad)
     assert not (tmp_path / "s" / "runs" / "r").exists()
+
+
+def deep(n):
+    value = 0
+    for _ in range(n):
+        value = {"d": value}
+    return value
+
+
+UNENCODABLE = {"big": 2**64, "small": -(2**63) - 1, "deep": deep(300)}
+
+
+@pytest.mark.parametrize("field", UNENCODABLE)
+def test_a_fact_orjson_cannot_encode_is_kept_as_its_text_and_the_record_goes_on(tmp_path, field):
+    """One unencodable field never stops the record: it is kept as its str,
+    the facts around it are kept as they are, and another process sees all."""
+    path = tmp_path / "store"
+    recorder = Recorder(Store(path), run="r")
+    recorder.forward_began()
+    recorder({"fact": "before", "i": 1})
+    recorder({"fact": "seed", "node": "n", field: UNENCODABLE[field]})
+    recorder({"fact": "after", "i": 2})
+    recorder.flush()
+    for i in range(3):
+        recorder.forward_began()
+        recorder({"fact": "later", "i": i})
+    recorder.flush()
+    seen = subprocess.run(
+        [sys.executable, "-c", "import sys, json\nfrom somatize.record import facts\nprint(json.dumps(facts(sys.argv[1], 'r')))", str(path)],
+        capture_output=True, text=True, check=True,
+    )
+    import json
+
+    said = json.loads(seen.stdout)
+    assert [f["fact"] for f in said] == ["before", "seed", "after", "later", "later", "later"]
+    assert said[1]["fact"] == "seed" and said[1]["node"] == "n"
+    kept = said[1][field]
+    if field == "deep":  # nested as deep as JSON goes, the rest as its text
+        levels = 0
+        while isinstance(kept, dict):
+            kept, levels = kept["d"], levels + 1
+        assert 100 <= levels < 254 and kept == str(deep(300 - levels))
+    else:
+        assert kept == str(UNENCODABLE[field])
+    recorder.close()
+
+
+def test_a_numeric_value_past_64_bits_is_a_curve_point_and_a_fact_as_text(store):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "seed", "value": 2**64})
+        recorder.forward_began()
+        recorder({"fact": "seed", "value": 10**400})  # past a float64: the curve says inf
+    assert list(curve(store, "r", "seed")) == [float(2**64), float("inf")]
+    assert facts(store, "r", forward=0) == [{"fact": "seed", "value": str(2**64)}]
+
+
+def test_a_flush_that_cannot_write_is_raised_at_the_next_fact_handed_over(store):
+    """A failed background flush is never retried in silence: the owner hears
+    of it at its next call (here: the next fact), and close() says it too."""
+    from somatize._base.errors import DamagedError
+    from somatize.record import _flusher
+
+    recorder = Recorder(store, run="r")
+    recorder.forward_began()
+    recorder({"fact": "loss", "value": 1.0})
+    recorder.flush()
+    # a folder where the next series file must go: its open fails, as a full disk would
+    (store.path / "runs" / "r" / "series" / "energy.bin").mkdir()
+    recorder.forward_began()
+    recorder({"fact": "energy", "value": 2.0})
+    _flusher.flush_all()  # the background flusher's own call: it must not swallow this for good
+    with pytest.raises(DamagedError, match=r"run 'r' stopped.*energy.bin.*resume=True"):
+        recorder({"fact": "loss", "value": 3.0})
+    with pytest.raises(DamagedError, match="stopped"):
+        recorder.flush()
+    with pytest.raises(DamagedError, match="stopped"):
+        recorder.close()
+    assert list(curve(store, "r", "loss")) == [1.0]  # what the last completed flush wrote
+
+
+def test_recorders_without_a_run_name_get_distinct_names_that_sort_by_time(store):
+    first, second = Recorder(store), Recorder(store)
+    assert first.run != second.run
+    assert first.run.startswith("run-") and first.run[4:12].isdigit()
+    assert first.run in repr(first)
+    first.close()
+    second.close()
+    assert set(runs(store)["run"]) == {first.run, second.run}
+
+
+def test_a_run_name_too_long_for_a_folder_is_refused_with_our_error(store):
+    with pytest.raises(SomatizeValueError, match="at most 200"):
+        Recorder(store, run="r" * 256)
+    with pytest.raises(SomatizeValueError, match="at most 200"):
+        facts(store, "r" * 256)
+
+
+def test_a_curve_name_that_is_not_a_str_is_our_type_error_naming_it(store):
+    from somatize._base.errors import SomatizeTypeError
+
+    Recorder(store, run="r").close()
+    with pytest.raises(SomatizeTypeError, match=r"name.*\"loss\".*int 5"):
+        curve(store, "r", 5)
+    with pytest.raises(SomatizeTypeError, match="run="):
+        facts(store, 5)
+
+
+def test_nodes_counts_calls_as_ran_plus_recalled(store):
+    with Recorder(store, run="r") as recorder:
+        for kind in ("ran", "recalled", "recalled"):
+            recorder.forward_began()
+            recorder({"fact": kind, "node": "a", "began_us": 0, "took_us": 4})
+    row = nodes(store, "r").set_index("node").loc["a"]
+    assert (row["calls"], row["ran"], row["recalled"], row["mean_us"]) == (3, 1, 2, 4.0)
+    assert "forwards" not in nodes(store, "r")
+
+
+@pytest.mark.parametrize("took", [2**70, float("nan"), float("inf")])
+def test_a_node_time_json_cannot_hold_keeps_the_summary_readable(store, took):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": took})
+        recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": 5})
+    assert runs(store).set_index("run").loc["r", "state"] == "finished"
+    assert nodes(store, "r").set_index("node").loc["a", "calls"] == 2
+
+
+def test_a_run_whose_first_loss_was_infinite_resumes_and_summarises_on(store):
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": float("inf")})
+    with Recorder(store, run="r", resume=True) as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": 0.5})
+    row = runs(store).set_index("run").loc["r"]
+    assert (row["state"], row["loss"], row["loss_min"]) == ("finished", 0.5, 0.5)

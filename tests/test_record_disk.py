@@ -7,9 +7,12 @@ import pytest
 
 from somatize import Recorder, Store
 from somatize._base.errors import DamagedError
-from somatize.record import _log
+from somatize.record import _log, curve, facts, forwards, runs
 from somatize.record._check import check_run
-from somatize.record import curve, facts, forwards, runs
+
+
+def read_index(path):
+    return np.frombuffer(path.read_bytes(), _log.INDEX)
 
 
 def fill(store, run, n, start=0, resume=False):
@@ -40,7 +43,7 @@ def test_chopped_log_still_lists_reads_before_the_damage_and_is_reported(store):
     with open(log, "r+b") as f:
         f.truncate(size - 100)
     assert runs(store).set_index("run").loc["r", "forwards"] == 2000
-    index = _log.read_index(folder / "index.bin")
+    index = read_index(folder / "index.bin")
     last_block = index[-1]
     assert facts(store, "r", forward=int(last_block["first"]) - 1) != []
     with pytest.raises(DamagedError, match=f"byte {last_block['offset']}"):
@@ -51,7 +54,7 @@ def test_chopped_log_still_lists_reads_before_the_damage_and_is_reported(store):
 
 def test_a_flipped_byte_is_damage_at_its_block(store):
     folder = fill(store, "r", 2000)
-    index = _log.read_index(folder / "index.bin")
+    index = read_index(folder / "index.bin")
     victim = index[1]
     with open(folder / "facts.log", "r+b") as f:
         f.seek(int(victim["offset"]) + 40)
@@ -69,7 +72,7 @@ def test_a_flipped_byte_is_damage_at_its_block(store):
 
 def test_every_damaged_block_is_reported_and_the_others_still_read(store):
     folder = fill(store, "r", 2000)
-    index = _log.read_index(folder / "index.bin")
+    index = read_index(folder / "index.bin")
     victims = [index[1], index[len(index) // 2]]
     with open(folder / "facts.log", "r+b") as f:
         for victim in victims:
@@ -131,7 +134,7 @@ def test_resume_cuts_series_back_to_the_last_completed_flush(store):
     folder = fill(store, "r", 100)
     with open(_log.series_file(folder / "series", "loss"), "ab") as f:
         f.write(_log.points_bytes([100], [99.0]) + b"\x01\x02\x03")  # a flush cut after the log
-    assert len(curve(store, "r", "loss")) == 101  # a partial record is ignored
+    assert len(curve(store, "r", "loss")) == 100  # only what a completed flush wrote is read
     fill(store, "r", 1, start=100, resume=True)
     assert list(curve(store, "r", "loss").iloc[-2:]) == [9.9, 10.0]
 
@@ -166,8 +169,173 @@ def test_a_block_holds_at_most_its_share_and_a_forward_may_span_two(store):
         recorder.forward_began()
         for fact in big:
             recorder(fact)
-    index = _log.read_index(store.path / "runs" / "big" / "index.bin")
+    index = read_index(store.path / "runs" / "big" / "index.bin")
     assert len(index) == 2 and list(index["last"]) == [1, 1]
     assert facts(store, "big", forward=1) == big
     summary = orjson.loads((store.path / "runs" / "big" / "summary.json").read_bytes())
     assert summary["facts"] == len(big) + 1 and np.all(index["length"] > 0)
+
+
+def summary_of(folder):
+    return orjson.loads((folder / "summary.json").read_bytes())
+
+
+def rewrite_summary(folder, **fields):
+    s = summary_of(folder)
+    s.update(fields)
+    (folder / "summary.json").write_bytes(orjson.dumps(s))
+
+
+def flip(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_flipped_byte_in_a_series_is_damage_never_a_curve(store):
+    folder = fill(store, "r", 300)
+    path = _log.series_file(folder / "series", "loss")
+    flip(path, 16 * 7 + 9)  # a value's byte: still a float, just another one
+    with pytest.raises(DamagedError, match=r"loss\.bin.*somatize check"):
+        curve(store, "r", "loss")
+    with pytest.raises(DamagedError, match=r"loss\.bin"):
+        forwards(store, "r")
+    problems, _ = check_run(folder)
+    assert len(problems) == 1 and "series 'loss'" in problems[0] and "resume=True" in problems[0]
+
+
+def test_a_cut_series_is_damage_never_a_short_curve(store):
+    folder = fill(store, "r", 300)
+    path = _log.series_file(folder / "series", "loss")
+    with open(path, "r+b") as f:
+        f.truncate(16 * 200)
+    with pytest.raises(DamagedError, match=r"loss\.bin"):
+        curve(store, "r", "loss")
+
+
+def test_resume_rebuilds_a_damaged_series_and_index_from_the_log(store):
+    folder = fill(store, "r", 300)
+    flip(_log.series_file(folder / "series", "loss"), 16 * 7 + 9)
+    flip(folder / "index.bin", 8)
+    fill(store, "r", 2, start=300, resume=True)
+    assert check_run(folder) == ([], [])
+    assert list(curve(store, "r", "loss")) == [i / 10 for i in range(302)]
+
+
+def test_an_index_entry_shifted_still_finds_every_forward_and_is_reported(store):
+    folder = fill(store, "r", 2000)
+    raw = bytearray((folder / "index.bin").read_bytes())
+    index = np.frombuffer(raw, _log.INDEX)
+    index[2]["first"] += 40  # the block's forwards, as a wrong index would name them
+    index[2]["last"] += 40
+    (folder / "index.bin").write_bytes(bytes(raw))
+    first = int(read_index(folder / "index.bin")[2]["first"]) - 40
+    for n in range(first, first + 45):
+        assert facts(store, "r", forward=n) == [{"fact": "finished", "took_us": n}, {"fact": "loss", "value": n / 10}]
+    problems, _ = check_run(folder)
+    assert len(problems) == 1 and "index.bin" in problems[0]
+
+
+@pytest.mark.parametrize("field, value", [("log_bytes", -40), ("facts", -1), ("forwards", -1)])
+def test_a_summary_whose_counts_are_not_the_logs_is_damage(store, field, value):
+    """Counts off by a little, of the right type, are caught by comparing them
+    with the log (kills the mutant that drops the facts-count check)."""
+    folder = fill(store, "r", 300)
+    rewrite_summary(folder, **{field: summary_of(folder)[field] + value})
+    problems, _ = check_run(folder)
+    assert problems and all("'r'" in p for p in problems)
+    said = {"log_bytes": "ended at byte", "facts": "facts", "forwards": "forwards"}[field]
+    assert any("summary.json" in p and said in p for p in problems)
+
+
+@pytest.mark.parametrize("field, value", [("facts", "300"), ("forwards", 2.5), ("log_bytes", None), ("state", "sleeping"),
+                                          ("series", []), ("nodes", {"a": {"ran": "x"}}), ("summarising", 5)])
+def test_a_summary_field_of_the_wrong_type_is_damage_everywhere(store, field, value):
+    folder = fill(store, "r", 30)
+    fill(store, "other", 5)
+    rewrite_summary(folder, **{field: value})
+    problems, _ = check_run(folder)
+    assert len(problems) == 1 and repr(field) in problems[0] and "summary.json" in problems[0]
+    listed = runs(store).set_index("run")
+    assert listed.loc["r", "state"] == "damaged" and repr(field) in listed.loc["r", "problem"]
+    assert listed.loc["other", "state"] == "finished" and listed.loc["other", "forwards"] == 5
+    for query in (lambda: curve(store, "r", "loss"), lambda: forwards(store, "r"), lambda: facts(store, "r", forward=0)):
+        with pytest.raises(DamagedError, match="summary.json"):
+            query()
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'{"summarising": 5}', b"7", b"{not json", b'"a string"'])
+def test_a_summary_that_is_not_one_lists_damaged_and_the_other_runs_list(store, body):
+    from somatize.record import nodes
+
+    folder = fill(store, "r", 30)
+    fill(store, "other", 5)
+    (folder / "summary.json").write_bytes(body)
+    listed = runs(store).set_index("run")
+    assert listed.loc["r", "state"] == "damaged"
+    assert listed.loc["other", "forwards"] == 5
+    for query in (lambda: nodes(store, "r"), lambda: forwards(store, "r"), lambda: facts(store, "r")):
+        with pytest.raises(DamagedError, match="summary.json"):
+            query()
+    problems, _ = check_run(folder)
+    assert len(problems) == 1 and "summary.json" in problems[0]
+
+
+def test_forwards_of_a_summary_claiming_a_trillion_is_bounded_by_the_log(store):
+    folder = fill(store, "r", 30)
+    rewrite_summary(folder, forwards=10**12, facts=10**12, log_bytes=10**12)
+    with pytest.raises(DamagedError, match="facts.log"):
+        forwards(store, "r")
+    with pytest.raises(DamagedError):
+        facts(store, "r")
+    other = fill(store, "other", 30)
+    rewrite_summary(other, forwards=10**12)  # more forwards than facts: not a summary we wrote
+    with pytest.raises(DamagedError, match="1000000000000 forwards and 60 facts"):
+        forwards(store, "other")
+
+
+def test_a_run_of_format_1_reads_and_resume_gives_it_checksums(store):
+    """Runs written before checksums (format 1: sizes only) still read; the
+    index is checked by its shape, and resume rebuilds index and series."""
+    folder = fill(store, "r", 300)
+    s = summary_of(folder)
+    s.update(format=1, series={name: size for name, (size, _sum) in s["series"].items()})
+    del s["index"]
+    (folder / "summary.json").write_bytes(orjson.dumps(s))
+    assert facts(store, "r", forward=123) == [{"fact": "finished", "took_us": 123}, {"fact": "loss", "value": 12.3}]
+    assert len(curve(store, "r", "loss")) == 300
+    assert check_run(folder) == ([], [])
+    fill(store, "r", 1, start=300, resume=True)
+    assert summary_of(folder)["format"] == 2 and summary_of(folder)["index"][1] is not None
+    assert check_run(folder) == ([], []) and len(curve(store, "r", "loss")) == 301
+
+
+def test_a_flush_that_fails_at_exit_is_said_on_stderr(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom somatize import Recorder\n"
+        "r = Recorder(sys.argv[1], run='r')\nr.forward_began(); r({'fact': 'loss', 'value': 1.0}); r.flush()\n"
+        "import pathlib; (pathlib.Path(sys.argv[1]) / 'runs/r/series/energy.bin').mkdir()\n"
+        "r.forward_began(); r({'fact': 'energy', 'value': 2.0})\n"  # no close(): exit flushes
+    )
+    Store(tmp_path / "store")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, timeout=60, check=False)
+    assert "somatize:" in done.stderr and "energy.bin" in done.stderr and "resume=True" in done.stderr
+
+
+@pytest.mark.parametrize("junk", ["fifo", "symlink"])
+def test_junk_at_the_summarys_temp_name_is_cleared_not_written_through(store, tmp_path, junk):
+    import os
+
+    folder = fill(store, "r", 3)
+    tmp = folder / f".summary.json.{os.getpid()}.tmp"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    os.mkfifo(tmp) if junk == "fifo" else tmp.symlink_to(outside)
+    fill(store, "r", 2, start=3, resume=True)
+    assert outside.read_text() == "keep me" and not os.path.lexists(tmp)
+    assert len(forwards(store, "r")) == 5

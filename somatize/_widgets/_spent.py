@@ -30,9 +30,9 @@ def spent_data(store, run, forward=None):
     count = len(per_forward)
     rows = []
     for r in table.to_dict("records"):
-        runs_ = int(r["forwards"])
+        calls = int(r["calls"])
         rows.append({"label": str(r["node"]), "kind": "node", "total_us": float(r["total_us"]),
-                     "mean_us": float(r["total_us"]) / runs_ if runs_ else 0.0, "count": runs_})
+                     "mean_us": float(r["total_us"]) / calls if calls else 0.0, "count": calls})
     node_total = sum(r["total_us"] for r in rows)
     if count:
         outside = max(0.0, float(per_forward["took_us"].fillna(0).sum()) - node_total)

@@ -3,59 +3,87 @@ Recorder that writes it.
 
 Forwards count from 0 everywhere: ``facts(store, run, forward=0)`` is the
 first forward. Every function takes the store (a ``Store`` or a path) and the
-run's name. A query sees every fact this process handed to a Recorder so far;
-another process sees them once that Recorder's background flush ran (every
-0.25 s). A Recorder killed with kill -9 loses at most the facts it had not
-flushed yet: those of the last flush interval (0.25 s) and of the flush under
-way, so 0.25 to 0.5 s of them (measured: bench/RESULTS.md); everything before
-reads back in order, once, and the run lists as interrupted.
+run's name. ``runs(store)`` is a table (pandas DataFrame: one row per run,
+its state and summary); ``Store.runs()`` is only the names, sorted.
 
-This layer imports ``_base`` and ``_store``, plus numpy, pandas and orjson;
-never torch, never Jupyter (``progress``, ``spent`` and ``Live`` are drawn by
-``_widgets`` and load lazily). Every public name loads on first use, so
-``somatize runs`` (``_runs`` alone) starts without numpy or pandas.
+A query sees every fact this process handed to a Recorder so far: the facts
+not yet flushed are read from the Recorder's memory (a query never makes it
+write). Another process sees them once that Recorder's background flush ran
+(every 0.25 s). ``Recorder(store)`` without ``run=`` names the run after the
+moment it began plus a random suffix (``run-20260131-142502-3f9a``); the name
+is ``recorder.run``.
 
-Modules: ``_recorder`` (the watcher, its hot path), ``_log`` (blocks, index,
-series: bytes on disk), ``_runs`` (run folders, summaries, listing),
-``_queries`` (facts, forwards, nodes, curve, runs), ``_check`` (fsck).
+What a kill -9 loses: at most the facts handed over since the last completed
+flush. After ``flush()`` or ``close()`` returns nothing is lost. The flusher
+runs every 0.25 s, so typically 0.25 to 0.5 s of facts, more on a machine
+too busy to give the flusher its turn (measured: bench/RESULTS.md, Record);
+everything before reads back in order, once, and the run lists as interrupted.
 
-The record: every fact of a run, kept durably, readable fast.
+This layer imports ``_base`` and ``_store``, plus numpy, pandas, orjson and
+xxhash; never torch, never Jupyter (``progress``, ``spent`` and ``Live`` are
+drawn by ``_widgets`` and load lazily). Every public name loads on first use,
+so ``somatize runs`` (``_runs``, ``_summary``, ``_files``) starts without
+numpy or pandas.
+
+Modules: ``_recorder`` (the watcher: its hot path and flush), ``_flusher``
+(the one background thread, exit and fork), ``_summary`` (summary.json: its
+strict reader, and how facts fold into it), ``_recovery`` (resume: cut back,
+rebuild from the log), ``_log`` (blocks, index, series: bytes on disk; the one
+reader of a log's tail), ``_files`` (the one way a record file is opened),
+``_runs`` (run folders, names, locks, listing), ``_queries`` (facts, forwards,
+nodes, curve, runs), ``_check`` (fsck).
 
 Layout of one run, ``<store>/runs/<run>/`` (this package owns it entirely)::
 
-    facts.log         append-only framed blocks of at most 512 facts
+    facts.log         append-only framed blocks of at most 512 facts, each with its xxh3
     index.bin         one fixed-size entry per block: first/last forward, offset, length
     series/<name>.bin (forward int64, value float64) per numeric fact
-    summary.json      the run at its last completed flush (rewritten by rename)
+    summary.json      the run at its last completed flush (rewritten by rename),
+                      with the bytes and xxh3 of index.bin and of each series
     lock              held (fcntl) by the one process recording the run
 
 Why this shape, for the figures it must meet:
 
 - Writing ≥ 1M facts/s durably: the hot path only appends to a list; a flush
   encodes a batch with orjson (≈0.2 µs a fact) into blocks and writes them with
-  one ``write()`` and one fsync. No per-fact syscall, no per-fact framing.
+  one ``write()`` and one fsync. No per-fact syscall, no per-fact framing. A
+  fact orjson refuses (an int past 64 bits, nesting past 254 levels) is looked
+  at alone only when its block fails to encode, and kept with such values as
+  their ``str``.
 - One forward's facts in ≤ 1 ms on a 1M-fact run: the index is a few thousand
   32-byte entries; a binary search finds the one or two blocks holding the
   forward and only they are decoded.
 - A 100k-point curve in ≪ 30 ms and ``forwards()`` without decoding facts:
   each numeric fact (``value``; ``finished.took_us``) is also appended to a raw
-  series file, read with one ``np.frombuffer``. Series are written after the
-  log, so a series never holds a point the log lacks.
+  series file, read with one ``np.frombuffer`` after its xxh3 (≈0.1 ms for
+  1.6 MB) matches the summary's. Series are written after the log, so a
+  series never holds a point the log lacks.
 - Listing 1,000 runs in ≤ 200 ms: ``summary.json`` carries counts, the
   summarised facts (first, last, min, max) and per-node time; nothing else
   is read to list runs, draw ``nodes()`` or ``spent()``.
 
-What a crash leaves: ``summary.json`` names the bytes of each file that a
-completed flush wrote (``log_bytes``, ``series``). Bytes past them are a flush
-a kill interrupted: whole blocks there are read (their checksum proves them),
-a torn block is ignored and is not damage; ``Recorder(..., resume=True)`` cuts
-the run back to its last completed flush and writes the whole blocks again.
-Damage is what a completed flush wrote and no longer reads: a block whose
-checksum fails, or a file shorter than its summary says. A kill -9 (or a
-power cut) loses at most the facts handed over since the last completed flush:
-the last ``FLUSH_EVERY`` (0.25 s) of them plus those handed over while that
-flush ran; ``bench/bench_record_crash.py`` measures it. ``flush()`` and
-``close()`` make every fact so far durable.
+Integrity: the log is the truth (each block proves itself). ``summary.json``
+names the bytes of each file that a completed flush wrote (``log_bytes``,
+``index``, ``series``) and the xxh3 of the index and of each series over those
+bytes; it is read strictly (every field's type; every count bounded by
+``log_bytes``, which a reader that sizes a table by it checks against the
+log's size). A reader never answers from bytes that do not verify: a series
+that does not match raises ``DamagedError`` naming the file; an index that
+does not match is bypassed by reading the log's blocks (read-only); a run
+whose summary does not read lists as "damaged" and its queries raise.
+``Recorder(..., resume=True)`` rebuilds an index or series that does not
+verify from the log. Hostile by default: only regular files are read, never
+through a symlink, never waiting on a FIFO, never more bytes than the format
+allows (``_files``).
+
+What a crash leaves: bytes past what the summary counts are a flush a kill
+interrupted: whole blocks there are read by ``facts`` (their checksum proves
+them), a torn block is ignored and is not damage; curves and tables answer up
+to the last completed flush. ``Recorder(..., resume=True)`` cuts the run back
+to its last completed flush and writes the whole blocks again. Damage is what
+a completed flush wrote and no longer reads: a block whose checksum fails, a
+file shorter than its summary says or whose checksum differs, a summary whose
+counts are not the log's. ``somatize check`` reports it all.
 
 Numbers are kept as they were given (ints stay ints, floats floats). Two
 exceptions from JSON: a NaN or infinity in a fact reads back as ``None``

@@ -1,8 +1,10 @@
-"""The bytes of one run's record: framed fact blocks, their index, the series.
+"""The bytes of one run's record: framed fact blocks, their index, the series,
+and the one reader of a log's tail (queries, recovery and check share it).
 
 The rule kept here: every byte is appended, never rewritten, and each append is
 one ``write()`` call; a reader trusts a block only when its checksum says it
-is whole, so a torn tail is recognised and never read as data.
+is whole, so a torn tail is recognised and never read as data. Every file of
+a run is read through ``_files``.
 
     block  = header | payload | checksum
     header = b"SMZB", u32 payload length, u32 fact count,
@@ -25,6 +27,9 @@ import numpy as np
 import orjson
 import xxhash
 
+from .._base.errors import DamagedError
+from . import _files
+
 MAGIC = b"SMZB"
 HEADER = struct.Struct("<4sIIqq")
 CHECKSUM = struct.Struct("<Q")
@@ -36,10 +41,54 @@ POINT = np.dtype([("forward", "<i8"), ("value", "<f8")])
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
+# -- writing blocks -------------------------------------------------------------
+
+
 def _loose(value):
-    # A fact field orjson cannot encode is kept as its text rather than failing
+    # A value orjson has no encoder for is kept as its text rather than failing
     # a whole flush on the background thread, far from the code that made it.
     return str(value)
+
+
+def _encodable(value, depth=0):
+    """``value`` with what orjson refuses whatever ``default`` says (ints past
+    64 bits, nesting past 254 levels) replaced by its ``str``."""
+    kind = value.__class__
+    if kind is int:
+        return value if -(1 << 63) <= value < (1 << 64) else str(value)
+    if depth >= 200:
+        return str(value) if kind in (dict, list, tuple) else value
+    if kind is dict:
+        return {k: _encodable(v, depth + 1) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_encodable(v, depth + 1) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):  # an int subclass
+        return _encodable(int(value), depth)
+    return value
+
+
+def _dumps(chunk) -> bytes:
+    try:
+        return orjson.dumps(chunk, default=_loose, option=_DUMPS_OPTIONS)
+    except (orjson.JSONEncodeError, RecursionError):
+        # Rare: some fact in this block cannot be encoded even loosely. Only
+        # now is each fact looked at, so the hot path pays nothing for it.
+        return orjson.dumps([[fw, [_one(fact) for fact in facts]] for fw, facts in chunk],
+                            default=_loose, option=_DUMPS_OPTIONS)
+
+
+def _one(fact):
+    try:
+        orjson.dumps(fact, default=_loose, option=_DUMPS_OPTIONS)
+        return fact
+    except (orjson.JSONEncodeError, RecursionError):
+        pass
+    fixed = _encodable(fact)
+    try:
+        orjson.dumps(fixed, default=_loose, option=_DUMPS_OPTIONS)
+        return fixed
+    except (orjson.JSONEncodeError, RecursionError):
+        return {"fact": str(fact.get("fact")) if isinstance(fact, dict) else "?", "unencodable": str(fact)[:10_000]}
 
 
 def encode_blocks(groups) -> tuple[bytes, list[tuple[int, int, int, int]]]:
@@ -65,13 +114,16 @@ def encode_blocks(groups) -> tuple[bytes, list[tuple[int, int, int, int]]]:
 
 
 def _frame(out: bytearray, chunk, count) -> tuple[int, int, int, int]:
-    payload = orjson.dumps(chunk, default=_loose, option=_DUMPS_OPTIONS)
+    payload = _dumps(chunk)
     head = HEADER.pack(MAGIC, len(payload), count, chunk[0][0], chunk[-1][0])
     offset = len(out)
     out += head
     out += payload
     out += CHECKSUM.pack(xxhash.xxh3_64_intdigest(head + payload))
     return (chunk[0][0], chunk[-1][0], offset, len(out) - offset)
+
+
+# -- reading blocks ---------------------------------------------------------------
 
 
 class Torn(Exception):
@@ -107,28 +159,70 @@ def decode(payload: bytes):
     return orjson.loads(payload)
 
 
-def scan(data, offset: int, verify: bool = True):
-    """Yield (first, last, count, offset, length) for each whole block from
-    ``offset``; stop at the end, or raise Torn at the first that is not whole."""
-    while offset < len(data):
-        first, last, count, length, _ = read_block(data, offset, verify)
-        yield first, last, count, offset, length
-        offset += length
+class Tail:
+    """The whole blocks of a log past byte ``start``: what a flush wrote after
+    the last one its summary counts (one under way, or one a kill cut short).
+
+    ``blocks``: (first, last, count, offset, length, payload) of each whole
+    block, in order; ``torn``: the offset of the first bytes that are not a
+    whole block, or None; ``end``: where the whole blocks end."""
+
+    def __init__(self, data: bytes, start: int):
+        self.blocks: list = []
+        self.torn = None
+        offset = start
+        while offset < start + len(data):
+            try:
+                first, last, count, length, payload = read_block(data, offset - start)
+            except Torn as t:
+                self.torn, self.why = offset, t.why
+                break
+            self.blocks.append((first, last, count, offset, length, payload))
+            offset += length
+        self.end = offset if self.torn is None else self.torn
+
+    def groups(self):
+        """[(forward, [facts])] of the whole blocks, in order."""
+        return [tuple(g) for b in self.blocks for g in decode(b[5])]
+
+    def entries(self) -> np.ndarray:
+        return np.array([(b[0], b[1], b[3], b[4]) for b in self.blocks], INDEX)
 
 
-def read_index(path: Path) -> np.ndarray:
-    """The index, less a partial trailing entry (an append cut by a kill)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return np.empty(0, INDEX)
-    whole = len(raw) - len(raw) % INDEX.itemsize
-    return np.frombuffer(raw[:whole], INDEX)
+def read_tail(log: Path, start: int, limit: int = 1 << 31) -> Tail:
+    """The one reader of a log's tail (queries, recovery and check use it)."""
+    data = _files.read_bytes(log, limit, start) or b""
+    return Tail(data, start)
+
+
+# -- index and series --------------------------------------------------------------
 
 
 def index_bytes(rows, base: int) -> bytes:
     table = np.array([(f, l, base + o, n) for f, l, o, n in rows], INDEX)
     return table.tobytes()
+
+
+def checksum(data) -> int:
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def verified(path: Path, size: int, want: int | None, run: str, what: str) -> bytes:
+    """The first ``size`` bytes of ``path``, which a completed flush wrote and
+    whose checksum the summary holds; DamagedError if they are not those."""
+    try:
+        data = _files.read_bytes(path, size) or b""
+    except _files.NotAFile as e:
+        raise DamagedError(f"run {run!r}: {e}; {_fix(path)}") from None
+    if len(data) < size:
+        raise DamagedError(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, a completed flush wrote {size}; {_fix(path)}")
+    if want is not None and checksum(data) != want:
+        raise DamagedError(f"run {run!r}: {what} {path.name} does not match the checksum its summary holds; {_fix(path)}")
+    return data
+
+
+def _fix(path) -> str:
+    return f"run `somatize check` on the store; the run's facts still read with facts(store, run) (its log is the truth: {path.parent})"
 
 
 def series_file(folder: Path, name: str) -> Path:
@@ -142,23 +236,9 @@ def fits_a_file(name: str) -> bool:
     return len(quote(name, safe="")) + 4 <= 255
 
 
-def series_names(folder: Path) -> list[str]:
-    try:
-        files = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    return sorted(unquote(f[:-4]) for f in files if f.endswith(".bin"))
-
-
-def read_series(path: Path, limit: int | None = None) -> np.ndarray:
-    """Points of one series; a partial trailing record is ignored."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read() if limit is None else f.read(limit)
-    except FileNotFoundError:
-        return np.empty(0, POINT)
-    whole = len(raw) - len(raw) % POINT.itemsize
-    return np.frombuffer(raw[:whole], POINT)
+def points_of(data: bytes) -> np.ndarray:
+    whole = len(data) - len(data) % POINT.itemsize
+    return np.frombuffer(data, POINT, whole // POINT.itemsize)
 
 
 def points_bytes(forwards: list, values: list) -> bytes:
@@ -166,3 +246,13 @@ def points_bytes(forwards: list, values: list) -> bytes:
     table["forward"] = forwards
     table["value"] = values
     return table.tobytes()
+
+
+def series_names(folder: Path) -> list[str]:
+    if not _files.is_real_dir(folder):
+        return []
+    try:
+        files = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(unquote(f[:-4]) for f in files if f.endswith(".bin"))

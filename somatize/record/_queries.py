@@ -1,10 +1,15 @@
 """Questions asked of a run's record, answered without reading more than needed.
 
-The rule kept here: a query reads the smallest thing that answers it. One
-forward's facts: the index, then one or two blocks. A curve or ``forwards()``:
-the series files. ``nodes()`` and ``runs()``: the summaries. A query first
-asks a live Recorder of this process for its pending facts (read your own
-writes); another process's facts are seen once its flusher has run.
+The rule kept here: a query reads the smallest thing that answers it, and
+never answers from bytes it has not verified. One forward's facts: the index
+(checked against its checksum in the summary, and against the log's shape),
+then one or two blocks (each checks itself). A curve or ``forwards()``: the
+series files, checked against their checksums. ``nodes()`` and ``runs()``: the
+summaries, read strictly. A file that does not match raises ``DamagedError``
+naming it. Reads are pure: a live Recorder of this process is asked for its
+facts not yet flushed, from memory, never made to write; another process's
+facts are seen once its flusher has run (whole blocks of a flush under way
+are read too, by ``facts``).
 
 pandas is imported inside the functions that build frames, so that the CLI
 (which lists runs) does not pay for it.
@@ -13,78 +18,210 @@ pandas is imported inside the functions that build frames, so that the CLI
 from __future__ import annotations
 
 import operator
+import os
 
 import numpy as np
 
-from .._base.errors import DamagedError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from . import _log
-from ._recorder import TOOK
-from ._runs import INDEX, LOG, SERIES, existing_folder, flush_live, read_summary, store_root, summaries
+from .._base.errors import (
+    DamagedError,
+    SomatizeKeyError,
+    SomatizeTypeError,
+    SomatizeValueError,
+)
+from . import _files, _log
+from ._runs import (
+    INDEX,
+    LOG,
+    SERIES,
+    existing_folder,
+    live_recorder,
+    store_root,
+    summaries,
+    summary_or_damage,
+)
+from ._summary import TOOK
+
+TAIL_LIMIT = 1 << 26  # bytes read past the last completed flush: one flush's worth, and then some
+_SHAPED: set = set()  # (folder, index bytes, xxh3, log bytes) whose shape was checked
 
 
-def _folder(store, run):
-    folder = existing_folder(store_root(store), run)
-    flush_live(folder)
-    return folder
+class _Run:
+    """One run as a query reads it: its folder, the summary of its last
+    completed flush (what the files hold), and a live Recorder's pending facts."""
 
+    def __init__(self, store, run):
+        if not isinstance(run, str):
+            raise SomatizeTypeError(f"run= takes the name of a run (a str), like run=\"a-run\"; got {type(run).__name__} {run!r:.60}")
+        self.name = run
+        self.folder = existing_folder(store_root(store), run)
+        recorder = live_recorder(self.folder)
+        if recorder is not None:
+            view = recorder._view()
+            self.committed, self.summary = view.committed, view.summary
+            self.groups, self.points, self.live = view.groups, view.points, True
+        else:
+            self.committed = self.summary = summary_or_damage(self.folder, run)
+            self.groups, self.points, self.live = [], {}, False
 
-def _blocks(folder):
-    """(entries, committed, torn_at): every block the log holds, from the
-    index and, past its end, from a scan of the headers."""
-    summary = read_summary(folder) or {}
-    index = _log.read_index(folder / INDEX)
-    end = int(index["offset"][-1] + index["length"][-1]) if len(index) else 0
-    extra, torn = [], None
-    try:
-        with open(folder / LOG, "rb") as f:
-            f.seek(end)
-            tail = f.read()
-    except FileNotFoundError:
-        tail = b""
-    try:
-        for first, last, _count, offset, length in _log.scan(tail, 0):
-            extra.append((first, last, end + offset, length))
-    except _log.Torn as t:
-        torn = end + t.offset
-    if extra:
-        index = np.concatenate([index, np.array(extra, _log.INDEX)])
-    return index, summary.get("log_bytes", 0), torn, summary
+    def damaged(self, path, why):
+        return DamagedError(
+            f"run {self.name!r}: {path} {why}; run `somatize check` on the store. Its log is the "
+            f"truth: Recorder(store, run={self.name!r}, resume=True) rebuilds the index and series from it"
+        )
 
+    def needs_summary(self):
+        if self.committed is None:
+            raise self.damaged(self.folder / "summary.json", "is missing while facts.log is there (facts(store, run) still reads the facts)")
 
-def _read(folder, entries, run):
-    """Decoded payloads of ``entries``; a block that fails is damage."""
-    out = []
-    if not len(entries):
-        return out  # a run that has no facts yet may have no log yet either
-    with open(folder / LOG, "rb") as f:
-        for first, last, offset, length in entries:
-            f.seek(int(offset))
-            raw = f.read(int(length))
+    def needs_whole_log(self):
+        """Counts in the summary are trusted to size a table only when the
+        log holds the bytes they were counted from."""
+        if self.live:
+            return
+        try:
+            size = _files.file_size(self.folder / LOG)
+        except _files.NotAFile as e:
+            raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
+        if size < self.committed["log_bytes"]:
+            raise self.damaged(self.folder / LOG, f"holds {size} bytes, fewer than the {self.committed['log_bytes']} its summary counts")
+
+    def entries(self):
+        """(index entries of every whole block, count of forwards)."""
+        if self.committed is None:  # no summary: every whole block of the log, as it stands
+            tail = self._tail(0, 1 << 40)  # a regular file: its bytes are there
+            return tail.entries(), (int(tail.blocks[-1][1]) + 1 if tail.blocks else 0)
+        s = self.committed
+        try:
+            index = self._index(s)
+        except DamagedError:
+            # The log is the truth and proves itself block by block: read its
+            # blocks from the start (read-only; resume=True rebuilds the file).
+            tail = self._tail(0, s["log_bytes"])
+            if tail.end < s["log_bytes"]:
+                raise self.damaged(self.folder / INDEX, f"does not verify, and {LOG} does not read past byte {tail.end}") from None
+            index = tail.entries()
+            index = index[index["offset"] + index["length"] <= s["log_bytes"]]
+        count = s["forwards"]
+        if not self.live:  # a flush under way in another process, or cut by a kill
+            tail = self._tail(s["log_bytes"])
+            if tail.blocks:
+                index = np.concatenate([index, tail.entries()])
+                count = max(count, int(tail.blocks[-1][1]) + 1)
+        if self.groups:
+            count = max(count, self.groups[-1][0] + 1)
+        return index, count
+
+    def _index(self, s):
+        """The index as the last completed flush left it, verified."""
+        size, want = s["index"]
+        if size is None:  # format 1: no checksum; the shape check below still holds
             try:
-                payload = _log.read_block(raw, 0)[4]
-            except _log.Torn as t:
-                raise DamagedError(
-                    f"run {run!r}: the block of forwards {first}..{last} at byte {offset} of "
-                    f"{LOG} does not read ({t.why}); `somatize check` on the store reports "
-                    f"all damage; forwards before {first} still read"
-                ) from None
-            out.append(_log.decode(payload))
-    return out
+                size = _files.file_size(self.folder / INDEX) // _log.INDEX.itemsize * _log.INDEX.itemsize
+            except _files.NotAFile as e:
+                raise self.damaged(self.folder / INDEX, f"cannot be read ({e})") from None
+        raw = _log.verified(self.folder / INDEX, size, want, self.name, "index")
+        if len(raw) % _log.INDEX.itemsize:
+            raise self.damaged(self.folder / INDEX, "is not a whole number of entries")
+        index = np.frombuffer(raw, _log.INDEX)
+        if s["index"][0] is None:
+            index = index[index["offset"] + index["length"] <= s["log_bytes"]]
+        key = (str(self.folder), size, want, s["log_bytes"])
+        if want is None or key not in _SHAPED:  # the same verified bytes need no second look
+            self._check_shape(index, s["log_bytes"])
+            if want is not None:
+                if len(_SHAPED) > 256:
+                    _SHAPED.clear()
+                _SHAPED.add(key)
+        return index
+
+    def _tail(self, start, limit=TAIL_LIMIT):
+        try:
+            return _log.read_tail(self.folder / LOG, start, limit)
+        except _files.NotAFile as e:
+            raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
+
+    def _check_shape(self, index, log_bytes):
+        """The index must tile the log from byte 0 to ``log_bytes`` in forward order."""
+        if not len(index):
+            if log_bytes:
+                raise self.damaged(self.folder / INDEX, f"names no block while {LOG} holds {log_bytes} bytes")
+            return
+        offsets, lengths = index["offset"], index["length"]
+        ends = offsets + lengths
+        if (
+            offsets[0] != 0
+            or ends[-1] != log_bytes
+            or np.any(offsets[1:] != ends[:-1])
+            or np.any(lengths < _log.FRAME)
+            or np.any(index["first"] > index["last"])
+            or np.any(index["last"][:-1] > index["first"][1:])
+        ):
+            raise self.damaged(self.folder / INDEX, f"does not describe the blocks of {LOG}")
+
+    def blocks(self, entries):
+        """Decoded payloads of ``entries``; a block that fails is damage."""
+        out = []
+        if not len(entries):
+            return out  # a run that has no facts yet may have no log yet either
+        try:
+            fd = _files.open_regular(self.folder / LOG, missing_ok=False)
+        except (_files.NotAFile, FileNotFoundError) as e:
+            raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
+        try:
+            for first, last, offset, length in entries:
+                raw = _files.pread_all(fd, int(length), int(offset))
+                try:
+                    first_, last_, _count, _n, payload = _log.read_block(raw, 0)
+                    if (first_, last_) != (first, last) or len(raw) != length:
+                        raise _log.Torn(0, "the block there is not the one the index names")
+                except _log.Torn as t:
+                    raise DamagedError(
+                        f"run {self.name!r}: the block of forwards {first}..{last} at byte {offset} of "
+                        f"{self.folder / LOG} does not read ({t.why}); `somatize check` on the store reports "
+                        f"all damage; forwards before {first} still read"
+                    ) from None
+                out.append(_log.decode(payload))
+        finally:
+            os.close(fd)
+        return out
+
+    def series(self, name):
+        """Points of series ``name``: the verified file, then pending points."""
+        size, want = self.committed["series"].get(name, (0, None)) if self.committed else (0, None)
+        points = np.empty(0, _log.POINT)
+        if size:
+            if not _files.is_real_dir(self.folder / SERIES):
+                raise self.damaged(self.folder / SERIES, "is not a real folder (a symlink?); nothing is read through it")
+            path = _log.series_file(self.folder / SERIES, name)
+            try:
+                raw = _log.verified(path, size, want, self.name, "series")
+            except DamagedError as e:
+                raise self.damaged(path, f"does not verify ({e})") from None
+            points = _log.points_of(raw)
+        pending = self.points.get(name)
+        if pending:
+            from ._summary import points_bytes
+
+            points = np.concatenate([points, _log.points_of(points_bytes(*pending))])
+        return points
+
+    def series_names(self):
+        names = set(self.summary["series"]) if self.summary else set()
+        return sorted(names | set(self.points))
 
 
 def facts(store, run, forward=None) -> list[dict]:
     """The facts of one forward (counted from 0) in order; all facts when
     ``forward`` is None."""
-    folder = _folder(store, run)
-    entries, committed, torn, summary = _blocks(folder)
-    count = max(summary.get("forwards", 0), int(entries["last"][-1]) + 1 if len(entries) else 0)
+    r = _Run(store, run)
+    entries, count = r.entries()
     if forward is None:
         chosen = entries
     else:
         try:
             forward = operator.index(forward)
         except TypeError:
-            raise SomatizeTypeError(f"forward={forward!r} is not a whole number: write forward=0 for the first forward") from None
+            raise SomatizeTypeError(f"forward={forward!r:.60} is not a whole number: write forward=0 for the first forward") from None
         if not 0 <= forward < count:
             raise SomatizeValueError(
                 f"run {run!r} has {count} forwards (0..{count - 1}), so there is no forward={forward}"
@@ -95,27 +232,26 @@ def facts(store, run, forward=None) -> list[dict]:
         hi = np.searchsorted(entries["first"], forward, "right")
         chosen = entries[lo:hi]
     out = []
-    for groups in _read(folder, chosen, run):
+    for groups in r.blocks(chosen) + [r.groups]:
         for fw, some in groups:
             if forward is None or fw == forward:
                 out.extend(some)
-    if forward is None and torn is not None and torn < committed:
-        raise DamagedError(f"run {run!r}: {LOG} is damaged at byte {torn}; facts(store, run, forward=N) still reads every forward whose blocks are whole, and `somatize check` lists the damaged ones")
     return out
 
 
-def _points(folder, name, run):
-    path = _log.series_file(folder / SERIES, name)
-    if not path.exists():
-        known = [n for n in _log.series_names(folder / SERIES) if n != TOOK]
-        by_node = [n for n in known if n.startswith(name + "/")]
-        if len(by_node) == 1:  # one node says it: "energy" means "energy/peak"
-            return _log.read_series(_log.series_file(folder / SERIES, by_node[0]))
-        raise SomatizeKeyError(
-            f"run {run!r} has no numeric fact {name!r}: curves there: "
-            f"{', '.join(map(repr, known)) or 'none'} (a fact becomes a curve when it has a numeric 'value')"
-        )
-    return _log.read_series(path)
+def _points(r, name):
+    known = r.series_names()
+    if name in known:
+        return r.series(name)
+    by_node = [n for n in known if n.startswith(name + "/") and n != TOOK]
+    if len(by_node) == 1:  # one node says it: "energy" means "energy/peak"
+        return r.series(by_node[0])
+    shown = [n for n in known if n != TOOK]
+    raise SomatizeKeyError(
+        f"run {r.name!r} has no numeric fact {name!r}: curves there: "
+        f"{', '.join(map(repr, shown[:20])) or 'none'}{' …' if len(shown) > 20 else ''} "
+        f"(a fact becomes a curve when it has a numeric 'value')"
+    )
 
 
 def curve(store, run, name="loss"):
@@ -123,13 +259,19 @@ def curve(store, run, name="loss"):
     pandas Series named ``name`` with index ``forward``."""
     import pandas as pd
 
-    points = _points(_folder(store, run), name, run)
-    return pd.Series(points["value"].astype(np.float64), index=pd.Index(points["forward"], name="forward"), name=name)
+    if not isinstance(name, str):
+        raise SomatizeTypeError(f"curve(store, run, name): name is the name of a fact (a str), like \"loss\"; got {type(name).__name__} {name!r:.60}")
+    r = _Run(store, run)
+    r.needs_summary()
+    points = _points(r, name)
+    index = pd.Index(np.ascontiguousarray(points["forward"]), name="forward", copy=False)
+    return pd.Series(np.ascontiguousarray(points["value"]), index=index, name=name, copy=False)
 
 
 def _last_per_forward(points, rows):
     column = np.full(rows, np.nan)
     if len(points):
+        points = points[(points["forward"] >= 0) & (points["forward"] < rows)]
         backwards = points[::-1]
         forwards, first = np.unique(backwards["forward"], return_index=True)
         column[forwards] = backwards["value"][first]
@@ -138,14 +280,16 @@ def _last_per_forward(points, rows):
 
 def forwards(store, run):
     """One row per forward: ``forward``, ``took_us`` and the last value of
-    each numeric fact that no node made (``loss`` …), read from the series."""
+    each numeric fact that no node made (``loss`` …), read from the series.
+    Rows: the forwards the summary counts (bounded by the log's bytes)."""
     import pandas as pd
 
-    folder = _folder(store, run)
-    summary = read_summary(folder) or {}
-    names = [n for n in _log.series_names(folder / SERIES) if n == TOOK or "/" not in n]
-    series = {n: _log.read_series(_log.series_file(folder / SERIES, n)) for n in names}
-    rows = max([summary.get("forwards", 0)] + [int(p["forward"].max()) + 1 for p in series.values() if len(p)])
+    r = _Run(store, run)
+    r.needs_summary()
+    r.needs_whole_log()
+    rows = r.summary["forwards"]
+    names = [n for n in r.series_names() if n == TOOK or "/" not in n]
+    series = {n: r.series(n) for n in names}
     table = {"forward": np.arange(rows)}
     took = _last_per_forward(series.pop(TOOK, np.empty(0, _log.POINT)), rows)
     whole = not np.isnan(took).any() and np.all(took == np.round(took))
@@ -156,28 +300,30 @@ def forwards(store, run):
 
 
 def nodes(store, run):
-    """One row per node, from the run's summary: how often it ran or was
-    recalled, its time in µs (total, mean, max) and its share of all of it."""
+    """One row per node, from the run's summary: ``calls`` (the forwards that
+    called it: ``ran`` + ``recalled``), ``ran`` (computed), ``recalled`` (from
+    the cache), ``kept`` (written to the cache), its time in µs (total, mean a
+    call, max) and its ``share`` of all node time."""
     import pandas as pd
 
-    folder = _folder(store, run)
-    per = (read_summary(folder) or {}).get("nodes", {})
+    r = _Run(store, run)
+    r.needs_summary()
     rows = []
-    for node, a in per.items():
-        times = a["ran"] + a["recalled"]
+    for node, a in r.summary["nodes"].items():
+        calls = a["ran"] + a["recalled"]
         rows.append(
             {
                 "node": node,
-                "forwards": times,
+                "calls": calls,
                 "ran": a["ran"],
                 "recalled": a["recalled"],
                 "kept": a["kept"],
                 "total_us": a["total_us"],
-                "mean_us": a["total_us"] / times if times else float("nan"),
+                "mean_us": a["total_us"] / calls if calls else float("nan"),
                 "max_us": a["max_us"],
             }
         )
-    columns = ["node", "forwards", "ran", "recalled", "kept", "total_us", "mean_us", "max_us"]
+    columns = ["node", "calls", "ran", "recalled", "kept", "total_us", "mean_us", "max_us"]
     frame = pd.DataFrame(rows, columns=columns)
     total = frame["total_us"].sum()
     frame["share"] = frame["total_us"] / total if total else 0.0
@@ -185,7 +331,12 @@ def nodes(store, run):
 
 
 def runs(store):
-    """One row per run of the store: its state and summary; reads no facts."""
+    """A pandas DataFrame, one row per run of the store: ``run``, ``state``
+    (running, finished, interrupted, or damaged), ``forwards``, ``facts``,
+    ``started``, ``updated``, ``host``, ``pid``, and for each summarised fact
+    its last value and ``<name>_min``; a ``problem`` column says why a
+    damaged run is damaged. Reads the summaries, no facts. (``Store.runs()``
+    returns only the names, sorted.)"""
     import pandas as pd
 
     rows = []
@@ -194,9 +345,11 @@ def runs(store):
         for name, stats in s.get("summarising", {}).items():
             row[name] = stats.get("last")
             row[f"{name}_min"] = stats.get("min")
+        if "problem" in s:
+            row["problem"] = s["problem"]
         rows.append(row)
     frame = pd.DataFrame(rows, columns=None if rows else ["run", "state", "forwards", "facts"])
     for when in ("started", "updated"):
         if when in frame:
-            frame[when] = pd.to_datetime(frame[when], unit="s")
+            frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
     return frame

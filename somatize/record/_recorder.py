@@ -2,38 +2,37 @@
 
 The rule kept here: the hot path is one list append. Handing a fact over costs
 ``list.append``; numbering forwards, encoding, summarising and writing all
-happen on a flush, which a background thread runs every ``FLUSH_EVERY``
-seconds (and ``flush()``, ``close()``, a query in this process, and exit).
+happen on a flush, which the background flusher runs every ``_flusher.FLUSH_EVERY``
+seconds, and ``flush()``, ``close()`` and exit.
 
 A flush appends whole blocks to ``facts.log`` in one ``write()`` and fsyncs,
-then the series, the index, and last rewrites ``summary.json`` atomically
-(temp file, fsync, rename). When ``flush()`` returns, its facts survive a
-kill -9 and a power cut. A kill -9 loses at most the facts handed over since
-the last completed flush: about ``FLUSH_EVERY`` seconds of facts (0.25 s) plus
-the time the flush itself takes.
+then the series and the index, and last rewrites ``summary.json`` atomically
+(temp file, fsync, rename) with the bytes and xxh3 checksum of each file.
+When ``flush()`` returns, its facts survive a kill -9 and a power cut.
 
-Why 0.25 s and not less: the flush thread's system calls each take the GIL
-back from a training loop that lets go of it inside torch; flushing every
-0.1 s made the Recorder cost a Trainer step ~5%, every 0.25 s ~2%
-(bench/RESULTS.md, Trainer). Another process still sees facts well within
-a second.
+A flush that fails (a full disk, say) stops the Recorder: the next call into
+it (the next fact handed over, ``forward_began()``, ``flush()``, ``close()``)
+raises ``DamagedError`` saying what failed; nothing is retried in silence.
+A query in this process reads the facts not yet flushed from memory
+(``_view``): reading never makes a Recorder write.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
+import secrets
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import orjson
+import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._store.files import append_durably, make_dirs, sync_dir
-from . import _log
+from . import _files, _flusher, _log, _recovery, _summary
 from ._runs import (
     INDEX,
     LIVE,
@@ -43,38 +42,50 @@ from ._runs import (
     SERIES,
     SUMMARY,
     checked_name,
-    read_summary,
+    folder_problem,
+    load_summary,
     run_folder,
     run_names,
+    runs_dir,
     store_root,
     try_lock,
 )
 
-FLUSH_EVERY = 0.25  # seconds; another process sees facts within about this
-TOOK = "finished/took_us"  # the series of whole-forward times
-_NUMBERS = (int, float, np.integer, np.floating)
 CHUNK = 8192  # pending items a flush takes at a time
-_NODE_KINDS = frozenset(("ran", "recalled", "kept"))
+_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def default_name() -> str:
+    """A run name that sorts by when it began and does not collide:
+    ``run-20260131-142502-3f9a``."""
+    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 class Recorder:
-    """``Recorder(store, run="a-run", summarising=["loss"], resume=False)``.
+    """``Recorder(store, run=None, summarising=["loss"], resume=False)``.
 
-    A watcher: hand it to ``watching=``. Forwards count from 0; facts that
-    arrive after a forward's ``finished`` and before the next forward begins
-    (the Trainer's ``loss``, ``updated``) belong to that forward; facts
-    before the first ``forward_began()`` belong to forward 0.
+    A watcher: hand it to ``watching=``. ``run=None`` names the run after the
+    moment it began plus a random suffix (``run-20260131-142502-3f9a``), so two
+    Recorders never collide; ``recorder.run`` (and its repr) says the name.
+    Forwards count from 0; facts that arrive after a forward's ``finished``
+    and before the next forward begins (the Trainer's ``loss``, ``updated``)
+    belong to that forward; facts before the first ``forward_began()`` belong
+    to forward 0.
 
     ``resume=True`` continues a finished or interrupted run, numbering on from
     its last forward; a run another Recorder of this process is recording (a
-    notebook cell run again) is taken over: that Recorder is closed first. ``flush()`` returns once every fact handed over is on
-    disk; ``close()`` (also at exit, and leaving a ``with`` block) marks the
-    run finished; a ``with`` block left by an exception marks it interrupted.
-    A process killed outright (kill -9) loses at most the facts not yet
-    flushed, 0.25 to 0.5 s of them; the run then lists as interrupted.
+    notebook cell run again) is taken over: that Recorder is closed first.
+    ``flush()`` returns once every fact handed over is on disk; ``close()``
+    (also at exit, and leaving a ``with`` block) marks the run finished; a
+    ``with`` block left by an exception marks it interrupted.
+
+    A process killed outright (kill -9) loses at most the facts handed over
+    since the last completed flush: the flusher runs every 0.25 s, so
+    typically 0.25 to 0.5 s of facts, more under heavy load
+    (bench/RESULTS.md); the run then lists as interrupted.
     """
 
-    def __init__(self, store, run="a-run", summarising=("loss",), resume=False):
+    def __init__(self, store, run=None, summarising=("loss",), resume=False):
         if isinstance(summarising, str):
             summarising = [summarising]
         try:
@@ -87,9 +98,18 @@ class Recorder:
                     f"summarising= takes the names of facts to summarise, like "
                     f"summarising=['loss']; got {name!r:.60} in it"
                 )
-        checked_name(run)
+        if run is not None:
+            checked_name(run)  # before anything is written
         root = store_root(store, create=True)
+        if run is None:
+            run = default_name()
+            while os.path.lexists(root / "runs" / run):  # the same second, the same suffix: rare
+                run = default_name()
         folder = run_folder(root, run)
+        runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
+        problem = folder_problem(folder) or folder_problem(folder / SERIES)
+        if problem is not None:
+            raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
         for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
             sync_dir(changed)
         self.run = run
@@ -102,6 +122,7 @@ class Recorder:
         self._error: BaseException | None = None
         self._closed = False
         self._fds: dict = {}
+        self._lock_fd = None
         if resume:  # a notebook cell run again: take the run over from the old Recorder
             with LIVE_LOCK:
                 old = LIVE.get(self._real)
@@ -115,22 +136,25 @@ class Recorder:
                     f"the run over and continue it: Recorder(store, run={run!r}, resume=True), "
                     f"or record into another run, e.g. Recorder(store, run={_free_name(root, run)!r})"
                 )
-            self._lock_fd = _lock_or_refuse(root, folder, run)
             try:
+                self._lock_fd = _lock_or_refuse(root, folder, run)
                 self._open(root, run, list(summarising), resume)
+            except _files.NotAFile as e:
+                self._release()
+                raise DamagedError(f"run {run!r}: {e}; move it away or record into another run") from None
             except BaseException:
                 self._release()
                 raise
             LIVE[self._real] = self
-        _start_flusher()
+        _flusher.start()
 
     # -- the hot path -----------------------------------------------------
 
     def __call__(self, fact):
-        self._pending.append(fact)
+        self._pending.append(fact)  # after a failed flush, _pending refuses (_Stopped)
 
     def forward_began(self):
-        if self._error is not None or self._closed:
+        if self._closed:
             self._raise_if_unusable()
         self._pending.append(None)  # a marker: the flush numbers forwards
 
@@ -146,17 +170,17 @@ class Recorder:
             n = len(pending)
             if not n:
                 return
-            batch = _Batch()
-            # In chunks: one huge young list would be walked by every
-            # collection of the cyclic GC while the flush allocates.
-            for start in range(0, n, CHUNK):
-                self._absorb(self._grouped(pending[start : min(start + CHUNK, n)]), batch)
-            if batch.count:
-                try:
+            try:
+                batch = _Batch()
+                # In chunks: one huge young list would be walked by every
+                # collection of the cyclic GC while the flush allocates.
+                for start in range(0, n, CHUNK):
+                    self._absorb(self._grouped(pending[start : min(start + CHUNK, n)]), batch)
+                if batch.count:
                     self._commit(batch)
-                except BaseException as e:
-                    self._error = e
-                    raise
+            except BaseException as e:
+                self._fail(e)
+                self._raise_if_unusable()
             # Only this (locked) flush deletes; appends land after index n.
             del pending[:n]
 
@@ -170,9 +194,13 @@ class Recorder:
                 with self._flush_lock:
                     self._summary["state"] = state
                     self._write_summary()
+        except BaseException as e:
+            self._fail(e)
         finally:
             with self._flush_lock:
                 self._closed = True
+                if self._error is None:
+                    self._pending = _Stopped(self)  # a fact handed over now says "closed"
                 self._release()
         self._raise_if_unusable(closed_ok=True)
 
@@ -184,15 +212,37 @@ class Recorder:
 
     def __repr__(self):
         s = self._summary
-        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}, state={'closed' if self._closed else 'running'})"
+        state = "stopped" if self._error is not None else "closed" if self._closed else "running"
+        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}, state={state})"
+
+    # -- what a query in this process reads ----------------------------------
+
+    def _view(self) -> _View:
+        """The run as it stands: the summary of the last completed flush (what
+        the files hold) and, from memory, the facts handed over since."""
+        with self._flush_lock:
+            committed = _copy(self._summary)
+            pending = list(self._pending) if isinstance(self._pending, list) else []
+            groups, _, _ = _group(pending, self._forward, self._has_facts)
+        summary = _copy(committed)
+        points: dict = {}
+        summary["facts"] += _summary.summarise(groups, summary, points)
+        if groups:
+            summary["forwards"] = max(summary["forwards"], groups[-1][0] + 1)
+        return _View(committed, summary, groups, points)
 
     # -- inside ----------------------------------------------------------
+
+    def _fail(self, error):
+        if self._error is None:
+            self._error = error
+            self._pending = _Stopped(self)
 
     def _raise_if_unusable(self, closed_ok=False):
         if self._error is not None:
             raise DamagedError(
-                f"the Recorder of run {self.run!r} stopped: writing to {self.folder} failed "
-                f"({self._error!r}); facts up to the last flush are kept. Fix the cause "
+                f"the Recorder of run {self.run!r} stopped: a flush into {self.folder} failed "
+                f"({self._error!r}); facts up to the last completed flush are kept. Fix the cause "
                 f"and record on with Recorder(store, run={self.run!r}, resume=True)"
             ) from self._error
         if self._closed and not closed_ok:
@@ -202,20 +252,7 @@ class Recorder:
             )
 
     def _grouped(self, batch):
-        """[(forward, [facts])] from pending facts and forward markers."""
-        groups = []
-        forward, has = self._forward, self._has_facts
-        start = 0
-        for mark in [i for i, fact in enumerate(batch) if fact is None] + [None]:
-            stop = len(batch) if mark is None else mark
-            if stop > start:
-                groups.append((forward, batch[start:stop]))
-                has = True
-            if mark is not None and has:  # the next forward begins
-                forward += 1
-                has = False
-            start = stop + 1
-        self._forward, self._has_facts = forward, has
+        groups, self._forward, self._has_facts = _group(batch, self._forward, self._has_facts)
         return groups
 
     def _absorb(self, groups, batch):
@@ -226,63 +263,7 @@ class Recorder:
         batch.rows.extend((f, l, len(batch.data) + o, n) for f, l, o, n in rows)
         batch.data += data
         batch.last = groups[-1][0]
-        summary = self._summary
-        nodes = summary["nodes"]
-        stats = summary["summarising"]
-        points = batch.points
-        numbers = _NUMBERS
-        took_by: dict = {}  # node -> kind -> [took_us]: summed in C below
-        node_kinds = _NODE_KINDS
-        for forward, facts in groups:
-            batch.count += len(facts)
-            for fact in facts:
-                kind = fact.get("fact")
-                if kind in node_kinds:
-                    node = fact.get("node")
-                    try:
-                        took_by[node][kind].append(fact.get("took_us"))
-                    except KeyError:
-                        took_by[node] = {"ran": [], "recalled": [], "kept": []}
-                        took_by[node][kind].append(fact.get("took_us"))
-                    continue
-                if kind == "finished":
-                    name, value = TOOK, fact.get("took_us")
-                else:
-                    value = fact.get("value")
-                    if value is None:
-                        continue
-                    node = fact.get("node")
-                    name = kind if node is None else f"{kind}/{node}"
-                if value.__class__ is not float and value.__class__ is not int and (
-                    type(value) is bool or not isinstance(value, numbers)
-                ):
-                    continue
-                try:
-                    pair = points[name]
-                except KeyError:
-                    if not _log.fits_a_file(name):
-                        continue  # too long to name a series file: in the log only
-                    pair = points[name] = ([], [])
-                pair[0].append(forward)
-                pair[1].append(value)
-                if kind in stats:
-                    _summarise(stats[kind], float(value))
-        for node, per in took_by.items():
-            agg = nodes.get(str(node))
-            if agg is None:
-                agg = nodes[str(node)] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
-            for kind, took in per.items():
-                if not took:
-                    continue
-                agg[kind] += len(took)
-                try:
-                    total, most = sum(took), max(took)
-                except TypeError:  # a took_us that is not a number is counted, not timed
-                    took = [t for t in took if type(t) is not bool and isinstance(t, numbers)] or [0]
-                    total, most = sum(took), max(took)
-                agg["total_us"] += total
-                if kind != "kept" and most > agg["max_us"]:
-                    agg["max_us"] = most
+        batch.count += _summary.summarise(groups, self._summary, batch.points)
 
     def _commit(self, batch):
         """Log first, then series, index, summary: each file only ever holds
@@ -292,9 +273,17 @@ class Recorder:
         append_durably(self._fd(LOG), batch.data)
         series = summary["series"]
         for name, (forwards, values) in batch.points.items():
-            append_durably(self._fd(_log.series_file(self._series, name)), _log.points_bytes(forwards, values))
-            series[name] = series.get(name, 0) + len(forwards) * _log.POINT.itemsize
-        append_durably(self._fd(INDEX), _log.index_bytes(batch.rows, base))
+            data = _summary.points_bytes(forwards, values)
+            append_durably(self._fd(_log.series_file(Path(SERIES), name)), data)
+            hasher = self._hashers.get(name)
+            if hasher is None:
+                hasher = self._hashers[name] = xxhash.xxh3_64()
+            hasher.update(data)
+            series[name] = [series.get(name, (0, 0))[0] + len(data), hasher.intdigest()]
+        index = _log.index_bytes(batch.rows, base)
+        append_durably(self._fd(INDEX), index)
+        self._hashers[INDEX].update(index)
+        summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
         self._log_bytes = base + len(batch.data)
         summary["log_bytes"] = self._log_bytes
         summary["facts"] += batch.count
@@ -304,7 +293,12 @@ class Recorder:
     def _write_summary(self):
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
+            _files.remove_junk(tmp)  # our temp file's name: whatever else is there is left over
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
+        except OSError as e:
+            raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
         try:
             append_durably(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
         finally:
@@ -315,16 +309,28 @@ class Recorder:
         fd = self._fds.get(path)
         if fd is None:
             full = self.folder / path
-            new = not full.exists()
-            fd = self._fds[path] = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            new = not os.path.lexists(full)
+            try:
+                fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _OPEN, 0o644)
+            except OSError as e:
+                raise DamagedError(f"{full} is not a regular file ({e.strerror}); move it away") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise DamagedError(f"{full} is not a regular file; move it away")
+            self._fds[path] = fd
             if new:  # its name must survive a power cut as well as its bytes
                 sync_dir(full.parent)
         return fd
 
     def _open(self, root, run, summarising, resume):
-        self._series = Path(SERIES)  # relative to the run folder, like every _fd path
-        old = read_summary(self.folder)
-        if old is not None or (self.folder / LOG).exists():
+        try:
+            old = load_summary(self.folder)
+        except _summary.Broken as e:
+            raise DamagedError(
+                f"run {run!r}: {self.folder / SUMMARY} {e}; run `somatize check {root}` and "
+                f"record into a new run, e.g. Recorder(store, run={_free_name(root, run)!r})"
+            ) from None
+        if old is not None or os.path.lexists(self.folder / LOG):
             if not resume:
                 state = (old or {}).get("state", "running")
                 state = "interrupted" if state == "running" else state
@@ -339,22 +345,13 @@ class Recorder:
                     f"run {run!r} has facts but no readable {SUMMARY} in {self.folder}: "
                     f"run `somatize check {root}` and record into a new run"
                 )
-            replay = self._recover(old)
+            replay, self._hashers = _recovery.recover(self.folder, old, run)
         else:
             old, replay = None, []
+            self._hashers = {INDEX: xxhash.xxh3_64()}
         now = time.time()
-        summary = old or {
-            "format": 1,
-            "run": run,
-            "started": now,
-            "forwards": 0,
-            "facts": 0,
-            "log_bytes": 0,
-            "series": {},
-            "summarising": {},
-            "nodes": {},
-        }
-        summary.update(state="running", pid=self._pid, host=socket.gethostname(), updated=now)
+        summary = old or _summary.new(run, now)
+        summary.update(run=run, state="running", pid=self._pid, host=socket.gethostname(), updated=now)
         for name in summarising:
             summary["summarising"].setdefault(name, {"count": 0, "first": None, "last": None, "min": None, "max": None})
         self._summary = summary
@@ -368,38 +365,6 @@ class Recorder:
             self._commit(batch)
             self._forward, self._has_facts = replay[-1][0], True
 
-    def _recover(self, summary):
-        """Cut the run back to its last completed flush, and return the whole
-        blocks written after it (a flush a kill interrupted) to write again."""
-        folder, committed = self.folder, summary["log_bytes"]
-        log = folder / LOG
-        raw = log.read_bytes() if log.exists() else b""
-        if len(raw) < committed:
-            raise DamagedError(
-                f"run {self.run!r} is damaged: {LOG} holds {len(raw)} bytes, its summary "
-                f"counts {committed}; run `somatize check` on the store and record into a new run"
-            )
-        replay = []
-        try:
-            for _first, _last, _count, at, _length in _log.scan(raw, committed):
-                block = _log.read_block(raw, at)[4]
-                replay.extend((fw, facts) for fw, facts in _log.decode(block))
-        except _log.Torn:
-            pass  # the torn remains of the interrupted flush: nothing to keep
-        _truncate(log, committed)
-        index = _log.read_index(folder / INDEX)
-        keep = index[(index["offset"] + index["length"]) <= committed]
-        end = int(keep["offset"][-1] + keep["length"][-1]) if len(keep) else 0
-        rows = [(f, l, o, n) for f, l, _c, o, n in _log.scan(raw[:committed], end)]
-        _truncate(folder / INDEX, keep.nbytes)
-        if rows:
-            with open(folder / INDEX, "ab") as f:
-                f.write(_log.index_bytes(rows, 0))
-                os.fsync(f.fileno())
-        for name in _log.series_names(folder / SERIES):
-            _truncate(_log.series_file(folder / SERIES, name), summary["series"].get(name, 0))
-        return replay
-
     def _release(self):
         for fd in self._fds.values():
             os.close(fd)
@@ -410,6 +375,64 @@ class Recorder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the lock
             self._lock_fd = None
+
+
+def _copy(summary):
+    """A copy of a summary that a flush (or a fold) may change without
+    touching the original: its dicts of dicts, one level down."""
+    out = dict(summary)
+    out["index"] = list(summary["index"])
+    out["series"] = dict(summary["series"])  # values are replaced, never changed in place
+    out["nodes"] = {k: dict(v) for k, v in summary["nodes"].items()}
+    out["summarising"] = {k: dict(v) for k, v in summary["summarising"].items()}
+    return out
+
+
+def _group(batch, forward, has):
+    """([(forward, [facts])], forward, has) from pending facts and forward
+    markers, numbering on from ``forward`` (``has``: it holds facts)."""
+    groups = []
+    start = 0
+    for mark in [i for i, fact in enumerate(batch) if fact is None] + [None]:
+        stop = len(batch) if mark is None else mark
+        if stop > start:
+            groups.append((forward, batch[start:stop]))
+            has = True
+        if mark is not None and has:  # the next forward begins
+            forward += 1
+            has = False
+        start = stop + 1
+    return groups, forward, has
+
+
+class _View:
+    """A live run as a query sees it (``Recorder._view``)."""
+
+    def __init__(self, committed, summary, groups, points):
+        self.committed = committed  # what the files hold (sizes, checksums)
+        self.summary = summary  # the same, with the pending facts folded in
+        self.groups = groups  # pending [(forward, [facts])]
+        self.points = points  # pending {series: ([forwards], [values])}
+
+
+class _Stopped:
+    """The pending list of a Recorder whose flush failed: handing a fact over
+    raises, so the owner hears of it at once (and the hot path pays nothing)."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def append(self, _fact):
+        self.recorder._raise_if_unusable()
+
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, key):
+        return []
+
+    def __delitem__(self, key):
+        pass
 
 
 class _Batch:
@@ -423,32 +446,11 @@ class _Batch:
         self.last = -1
 
 
-def _summarise(s, value):
-    if s["count"] == 0:
-        s["first"] = s["min"] = s["max"] = value
-    elif value < s["min"]:
-        s["min"] = value
-    elif value > s["max"]:
-        s["max"] = value
-    s["count"] += 1
-    s["last"] = value
-
-
-def _truncate(path, size):
-    try:
-        fd = os.open(path, os.O_WRONLY)
-    except FileNotFoundError:
-        return
-    try:
-        if os.fstat(fd).st_size > size:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _free_name(root, run):
-    taken = set(run_names(root))
+    try:
+        taken = set(run_names(root))
+    except DamagedError:
+        taken = set()
     n = 2
     while f"{run}-{n}" in taken:
         n += 1
@@ -465,61 +467,11 @@ def _lock_or_refuse(root, folder, run):
             return fd
         time.sleep(0.005)
     try:
-        holder = (folder / LOCK).read_text().split()
-    except OSError:
+        holder = (_files.read_bytes(folder / LOCK, 4096) or b"").decode(errors="replace").split()
+    except _files.NotAFile:
         holder = []
     who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
     raise SomatizeValueError(
         f"run {run!r} is being recorded right now by {who}: two Recorders cannot write "
         f"one run; record into another run, e.g. Recorder(store, run={_free_name(root, run)!r})"
     )
-
-
-# -- one background flusher for every Recorder of this process --------------
-
-_flusher: threading.Thread | None = None
-
-
-def _flush_all():
-    with LIVE_LOCK:
-        recorders = list(LIVE.values())
-    for recorder in recorders:
-        try:
-            recorder.flush()
-        except Exception:
-            pass  # kept on the recorder; its owner sees it at the next forward
-
-
-def _loop():
-    while True:
-        time.sleep(FLUSH_EVERY)
-        _flush_all()
-
-
-def _start_flusher():
-    global _flusher
-    if _flusher is None or not _flusher.is_alive():
-        _flusher = threading.Thread(target=_loop, name="somatize-recorder-flush", daemon=True)
-        _flusher.start()
-
-
-def _close_all():
-    with LIVE_LOCK:
-        recorders = [r for r in LIVE.values() if r._pid == os.getpid()]
-    for recorder in recorders:
-        try:
-            recorder.close()
-        except Exception:
-            pass  # at exit there is nobody left to tell; the run reads as interrupted
-
-
-def _forget_after_fork():
-    # A forked child (a DataLoader worker) inherits the registry but not the
-    # locks nor the thread; it must neither write nor close its parent's runs.
-    global _flusher
-    LIVE.clear()
-    _flusher = None
-
-
-atexit.register(_close_all)
-os.register_at_fork(after_in_child=_forget_after_fork)

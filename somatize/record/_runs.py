@@ -1,11 +1,15 @@
 """Runs of a store: where they live, their summaries, and whether they are alive.
 
 The rule kept here: listing runs reads one small ``summary.json`` per run and
-never a fact. A run's state is what its summary says, corrected by its lock:
-"running" with nobody holding the lock means the process died ("interrupted").
-POSIX locks belong to a process and closing any descriptor of the file drops
-them, so a run recorded by this very process is never probed through its lock
-file: the in-process registry ``LIVE`` answers for it.
+never a fact; a run whose summary does not read lists as "damaged" and the
+others list as ever. Only regular files in real folders of the store are read:
+``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
+each file without following one). A run's state is what its summary says,
+corrected by its lock: "running" with nobody holding the lock means the
+process died ("interrupted"). POSIX locks belong to a process and closing any
+descriptor of the file drops them, so a run recorded by this very process is
+never probed through its lock file: the in-process registry ``LIVE`` answers
+for it, from memory (a query never makes a live Recorder write).
 """
 
 from __future__ import annotations
@@ -14,19 +18,21 @@ import difflib
 import errno
 import fcntl
 import os
+import stat
 import threading
 from pathlib import Path
 
-import orjson
-
-from .._base.errors import SomatizeKeyError, SomatizeValueError
-from .._store.names import RUN_NAME, run_names
+from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
+from .._store.names import RUN_NAME
+from . import _files
+from ._summary import MAX_BYTES, Broken, parse
 
 SUMMARY = "summary.json"
 LOCK = "lock"
 LOG = "facts.log"
 INDEX = "index.bin"
 SERIES = "series"
+NAME_LIMIT = 200  # characters of a run name: a folder name is at most 255 bytes
 
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
@@ -58,20 +64,71 @@ def store_root(store, create: bool = False) -> Path:
 def checked_name(run) -> str:
     if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or run in (".", ".."):
         raise SomatizeValueError(
-            f"run name {run!r} is not allowed: use letters, digits, '.', '_' and '-' "
+            f"run name {run!r:.80} is not allowed: use letters, digits, '.', '_' and '-' "
             f"(no '/' or spaces), e.g. run=\"a-run\""
         )
+    if len(run) > NAME_LIMIT:
+        raise SomatizeValueError(
+            f"run name {run[:40]!r}… is {len(run)} characters long; a run name is at most "
+            f"{NAME_LIMIT} (it names a folder): shorten it"
+        )
     return run
+
+
+def runs_dir(root: Path) -> Path | None:
+    """``<root>/runs``, None when there is none yet; DamagedError when it is
+    a symlink or not a folder (nothing is read through it)."""
+    path = root / "runs"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise DamagedError(
+            f"{path} is {kind}: the runs of a store live in a real folder there. Move it "
+            f"away (nothing was read through it) and run `somatize check {root}`"
+        )
+    return path
+
+
+def run_names(root: Path) -> list[str]:
+    """The names of the run folders of the store at ``root``, sorted."""
+    where = runs_dir(root)
+    if where is None:
+        return []
+    try:
+        found = os.listdir(where)
+    except OSError:
+        return []
+    return sorted(n for n in found if RUN_NAME.fullmatch(n) and n not in (".", ".."))
 
 
 def run_folder(root: Path, run: str) -> Path:
     return root / "runs" / checked_name(run)
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be a run's folder (a symlink, a file), or None."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{folder} is a symlink; a run's folder must be a real folder in the store (it is never followed)"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    return None
+
+
 def existing_folder(root: Path, run) -> Path:
     """The folder of a run that exists, or an error naming the close ones."""
     folder = run_folder(root, run)
-    if (folder / SUMMARY).exists() or (folder / LOG).exists():
+    runs_dir(root)
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise DamagedError(f"run {run!r}: {problem}; move it away and run `somatize check {root}`")
+    if os.path.lexists(folder / SUMMARY) or os.path.lexists(folder / LOG):
         return folder
     names = run_names(root)
     close = difflib.get_close_matches(run, names, n=3, cutoff=0.5)
@@ -83,14 +140,28 @@ def existing_folder(root: Path, run) -> Path:
     )
 
 
-def read_summary(folder: Path) -> dict | None:
+def load_summary(folder: Path) -> dict | None:
+    """The summary of the run in ``folder``, checked (``_summary.parse``);
+    None when there is none. Raises ``Broken`` for one that does not read,
+    ``_files.NotAFile`` for a summary or log that is not a regular file."""
+    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
+    if raw is None:
+        return None
+    if len(raw) > MAX_BYTES:
+        raise Broken(f"is over {MAX_BYTES} bytes: not one a Recorder wrote")
+    return parse(raw)
+
+
+def summary_or_damage(folder: Path, run: str) -> dict | None:
+    """``load_summary`` for a query: damage raised as DamagedError naming the file."""
     try:
-        return orjson.loads((folder / SUMMARY).read_bytes())
-    except FileNotFoundError:
-        return None
-    except orjson.JSONDecodeError:
-        # Written by rename, so a bad one is damage, reported by check.
-        return None
+        return load_summary(folder)
+    except (Broken, _files.NotAFile) as e:
+        what = f"{folder / SUMMARY} {e}" if isinstance(e, Broken) else str(e)
+        raise DamagedError(
+            f"run {run!r}: {what}; run `somatize check` on the store and record into a new run "
+            f"(the facts are in {folder / LOG}, whose blocks carry their own checksums)"
+        ) from None
 
 
 def live_recorder(folder: Path):
@@ -98,9 +169,18 @@ def live_recorder(folder: Path):
         return LIVE.get(os.path.realpath(folder))
 
 
+_LOCK_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def try_lock(folder: Path) -> int | None:
     """An fd holding the run's lock, or None when another process holds it."""
-    fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | _LOCK_FLAGS, 0o644)
+    except OSError as e:
+        raise _files.NotAFile(f"{folder / LOCK} is not a regular file ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _files.NotAFile(f"{folder / LOCK} is not a regular file")
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -117,54 +197,61 @@ def holder_alive(folder: Path) -> bool:
 
     The probe asks for a shared lock on a read-only descriptor: it conflicts
     with the recorder's exclusive one, and needs no right to write, so a
-    store one may only read still tells running from interrupted."""
+    store one may only read still tells running from interrupted. A lock
+    that is not a regular file is nobody's: the run reads interrupted."""
     try:
-        fd = os.open(folder / LOCK, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(os.path.join(folder, LOCK), os.O_RDONLY | _LOCK_FLAGS)
+    except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
-        if e.errno in (errno.EACCES, errno.EAGAIN):
-            return True
-        raise
+        return e.errno in (errno.EACCES, errno.EAGAIN)
     finally:
         os.close(fd)  # closing releases the probe's lock
     return False
 
 
-def state_of(folder: Path, summary: dict | None) -> str:
-    said = (summary or {}).get("state", "running")
-    if said != "running":
-        return said
-    if live_recorder(folder) is not None:
-        return "running"
-    return "running" if holder_alive(folder) else "interrupted"
-
-
-def flush_live(folder: Path) -> None:
-    """Read your own writes: a live Recorder of this run hands its facts over."""
-    recorder = live_recorder(folder)
-    if recorder is not None:
-        recorder.flush()
-
-
 def summaries(store) -> list[dict]:
-    """One dict per run, with its state resolved; reads no facts."""
+    """One dict per run, with its state resolved; reads no facts. A live
+    Recorder of this process answers from memory, pending facts included.
+    A run whose folder or summary does not read is listed with state
+    "damaged" and a "problem" saying why."""
     root = store_root(store)
-    runs_dir = os.path.realpath(root / "runs")
+    names = run_names(root)
+    where = os.path.join(root, "runs")
     with LIVE_LOCK:
-        mine = [r for real, r in LIVE.items() if os.path.dirname(real) == runs_dir]
-    for recorder in mine:
-        recorder.flush()
+        live = dict(LIVE)
+    if live:  # keyed by real path; the run folders are real folders (checked below)
+        real = os.path.realpath(where)
+        live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
     out = []
-    for name in run_names(root):
-        folder = root / "runs" / name
-        summary = read_summary(folder)
-        if summary is None and not (folder / LOG).exists():
+    for name in names:
+        folder = os.path.join(where, name)
+        problem = folder_problem(folder)
+        if problem is not None:
+            out.append({"run": name, "state": "damaged", "problem": problem})
+            continue
+        recorder = live.get(name)
+        if recorder is not None:
+            row = recorder._view().summary
+            row["state"] = "running"
+            out.append(row)
+            continue
+        try:
+            summary = load_summary(folder)
+        except (Broken, _files.NotAFile) as e:
+            why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
+            out.append({"run": name, "state": "damaged", "problem": why})
+            continue
+        if summary is None:
+            if os.path.lexists(os.path.join(folder, LOG)):
+                out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
             continue  # a folder being created, or not a run
-        row = dict(summary or {"run": name, "forwards": 0, "facts": 0})
-        row["run"] = name
-        row["state"] = state_of(folder, summary)
-        out.append(row)
+        summary["run"] = name
+        if summary["state"] == "running" and not holder_alive(folder):
+            summary["state"] = "interrupted"
+        out.append(summary)
     return out

@@ -1,0 +1,73 @@
+"""One background thread flushes every live Recorder of this process.
+
+The rule kept here: the flusher never swallows a failure silently. A flush
+that fails stops its Recorder (``Recorder._fail``), and the owner hears of it
+at its next call into the Recorder: the next fact handed over, ``flush()``,
+``close()``. At exit every live Recorder is closed; a forked child (a
+DataLoader worker) forgets its parent's Recorders.
+
+Why every 0.25 s and not less: the flush thread's system calls each take the
+GIL back from a training loop that lets go of it inside torch; flushing every
+0.1 s made the Recorder cost a Trainer step ~5%, every 0.25 s ~2%
+(bench/RESULTS.md, Trainer). Another process still sees facts well within
+a second.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+
+from ._runs import LIVE, LIVE_LOCK
+
+FLUSH_EVERY = 0.25  # seconds; another process sees facts within about this
+
+_flusher: threading.Thread | None = None
+
+
+def flush_all():
+    with LIVE_LOCK:
+        recorders = list(LIVE.values())
+    for recorder in recorders:
+        try:
+            recorder.flush()
+        except Exception:
+            pass  # the recorder keeps it and raises it at its owner's next call
+
+
+def _loop():
+    while True:
+        time.sleep(FLUSH_EVERY)
+        flush_all()
+
+
+def start():
+    global _flusher
+    if _flusher is None or not _flusher.is_alive():
+        _flusher = threading.Thread(target=_loop, name="somatize-recorder-flush", daemon=True)
+        _flusher.start()
+
+
+def _close_all():
+    with LIVE_LOCK:
+        recorders = [r for r in LIVE.values() if r._pid == os.getpid()]
+    for recorder in recorders:
+        try:
+            recorder.close()
+        except Exception as e:  # nobody left to raise to: say it where a person looks
+            print(f"somatize: {e}", file=sys.stderr)
+
+
+def _forget_after_fork():
+    # A forked child inherits the registry but not the locks nor the thread;
+    # it must neither write nor close its parent's runs.
+    global _flusher
+    LIVE.clear()
+    _flusher = None
+
+
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_forget_after_fork)

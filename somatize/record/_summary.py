@@ -1,0 +1,255 @@
+"""A run's summary: what ``summary.json`` holds, read strictly, and how facts
+fold into it.
+
+The rule kept here: a summary read from disk is trusted only after every
+field has the type it must have and every count fits the bytes present (a
+run has no more facts than its log has bytes, no more forwards than facts);
+anything else is ``Broken``, which a listing shows as a damaged run and a
+query raises as ``DamagedError``. The summary is the root of the record's
+integrity: it names the bytes of each file a completed flush wrote and the
+xxh3 checksum of the index and of each series over those bytes.
+
+    {"format": 2, "run", "state": "running"|"finished"|"interrupted",
+     "started", "updated", "pid", "host",
+     "forwards", "facts", "log_bytes",
+     "index": [bytes, xxh3], "series": {name: [bytes, xxh3]},
+     "summarising": {name: {"count", "first", "last", "min", "max"}},
+     "nodes": {node: {"ran", "recalled", "kept", "total_us", "max_us"}}}
+"""
+
+from __future__ import annotations
+
+FORMAT = 2
+TOOK = "finished/took_us"  # the series of whole-forward times
+STATES = ("running", "finished", "interrupted")
+MAX_BYTES = 1 << 24  # a summary larger than this is not one we wrote
+POINT_BYTES = 16  # a series record: forward int64, value float64 (_log.POINT)
+_NODE_KINDS = frozenset(("ran", "recalled", "kept"))
+
+
+class Broken(Exception):
+    """A summary that is not one a Recorder wrote; the message says which field."""
+
+
+def new(run: str, now: float) -> dict:
+    import xxhash  # here: listing runs never needs it
+
+    return {
+        "format": FORMAT,
+        "run": run,
+        "state": "running",
+        "started": now,
+        "updated": now,
+        "pid": 0,
+        "host": "",
+        "forwards": 0,
+        "facts": 0,
+        "log_bytes": 0,
+        "index": [0, xxhash.xxh3_64_intdigest(b"")],
+        "series": {},
+        "summarising": {},
+        "nodes": {},
+    }
+
+
+def _number(v) -> bool:
+    return (v.__class__ is int or v.__class__ is float) and v.__class__ is not bool
+
+
+def _number_or_none(v) -> bool:
+    return v is None or v.__class__ is float or v.__class__ is int
+
+
+def _count(v) -> bool:
+    return v.__class__ is int and v >= 0
+
+
+def _size_sum(v) -> bool:
+    return isinstance(v, list) and len(v) == 2 and _count(v[0]) and (v[1] is None or (_count(v[1]) and v[1] < 1 << 64))
+
+
+_MISSING = object()
+_FIELDS = (  # (field, check, what it must be)
+    ("run", lambda v: isinstance(v, str), "a str"),
+    ("state", lambda v: v in STATES, " or ".join(STATES)),
+    ("started", lambda v: _number(v) and 0 <= v < 1e11, "a number of seconds since 1970"),
+    ("updated", lambda v: _number(v) and 0 <= v < 1e11, "a number of seconds since 1970"),
+    ("pid", _count, "a whole number"),
+    ("host", lambda v: isinstance(v, str), "a str"),
+    ("log_bytes", lambda v: _count(v) and v < 1 << 62, "a whole number of bytes"),
+    ("facts", _count, "a whole number"),
+    ("forwards", _count, "a whole number"),
+    ("index", lambda v: isinstance(v, list), "[bytes, xxh3]"),
+    ("series", lambda v: isinstance(v, dict), "{name: [bytes, xxh3]}"),
+    ("summarising", lambda v: isinstance(v, dict), "{name: {count, first, last, min, max}}"),
+    ("nodes", lambda v: isinstance(v, dict), "{node: {ran, recalled, kept, total_us, max_us}}"),
+)
+
+
+def parse(raw: bytes) -> dict:
+    """The summary in ``raw``, checked field by field; raises ``Broken``.
+    Every count is bounded by ``log_bytes`` (a fact takes at least a byte of
+    the log, a forward at least a fact); a reader that allocates by a count
+    first checks that the log holds ``log_bytes`` (``_queries``)."""
+    import orjson
+
+    try:
+        s = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise Broken(f"is not JSON ({e})") from None
+    if not isinstance(s, dict):
+        raise Broken(f"is a JSON {type(s).__name__}, not an object")
+    if s.get("format") == 1:  # before checksums: counts only, nothing to verify with
+        s["format"] = FORMAT
+        s["index"] = [None, None]
+        series = s.get("series")
+        if isinstance(series, dict):
+            s["series"] = {k: [v, None] for k, v in series.items()}
+    fmt = s.get("format")
+    if fmt != FORMAT:
+        raise Broken(f"has format {fmt!r:.20}; this somatize reads format {FORMAT}")
+
+    for field, ok, what in _FIELDS:
+        if not ok(s.get(field, _MISSING)):
+            raise Broken(f"field {field!r} must be {what}, it holds {s.get(field, 'nothing')!r:.60}")
+    log_bytes, facts = s["log_bytes"], s["facts"]
+    if facts > log_bytes or s["forwards"] > facts:  # a fact takes a byte or more, a forward a fact or more
+        raise Broken(f"counts {s['forwards']} forwards and {facts} facts in a {log_bytes}-byte log: "
+                     f"not counts a Recorder wrote")
+    if s["index"] != [None, None]:
+        if not _size_sum(s["index"]):
+            raise Broken(f"field 'index' must be [bytes, xxh3], it holds {s['index']!r:.60}")
+        if s["index"][0] > log_bytes:  # a 32-byte entry per block of 34 bytes or more
+            raise Broken(f"field 'index' counts {s['index'][0]} bytes of index for a {log_bytes}-byte log")
+    limit = (facts + 1) * POINT_BYTES
+    for name, pair in s["series"].items():
+        if not _size_sum(pair):
+            raise Broken(f"field 'series' must be {{name: [bytes, xxh3]}}, it holds {pair!r:.60} for {name!r:.60}")
+        if pair[0] > limit or pair[0] % POINT_BYTES:
+            raise Broken(f"series {name!r:.60} counts {pair[0]} bytes, more than {facts} facts can make")
+    for name, x in s["summarising"].items():
+        if not isinstance(x, dict) or not _count(x.get("count")) or not (
+            _number_or_none(x.get("first")) and _number_or_none(x.get("last"))
+            and _number_or_none(x.get("min")) and _number_or_none(x.get("max"))
+        ):
+            raise Broken(f"field 'summarising' must be {{name: {{count, first, last, min, max}}}}, it holds {x!r:.60} for {name!r:.60}")
+    for node, x in s["nodes"].items():
+        if not isinstance(x, dict) or not (_count(x.get("ran")) and _count(x.get("recalled")) and _count(x.get("kept"))
+                                           and _number(x.get("total_us")) and _number(x.get("max_us"))):
+            raise Broken(f"field 'nodes' must be {{node: {{ran, recalled, kept, total_us, max_us}}}}, it holds {x!r:.60} for {node!r:.60}")
+    return s
+
+
+def summarise(groups, summary: dict, points: dict) -> int:
+    """Fold ``groups`` ([(forward, [facts])]) into ``summary`` (counts per
+    node, summarised facts) and their numbers into ``points`` ({series: ([forwards],
+    [values])}). Returns how many facts there were. Pure but for its arguments:
+    a flush folds into the Recorder's summary, a query into a copy."""
+    import numpy as np  # here, not above: listing runs reads summaries without numpy
+
+    from ._log import fits_a_file
+    nodes = summary["nodes"]
+    stats = summary["summarising"]
+    numbers = (int, float, np.integer, np.floating)
+    took_by: dict = {}  # node -> kind -> [took_us]: summed in C below
+    node_kinds = _NODE_KINDS
+    count = 0
+    for forward, facts in groups:
+        count += len(facts)
+        for fact in facts:
+            try:
+                kind = fact.get("fact")
+            except AttributeError:  # not a dict: kept in the log, nothing to summarise
+                continue
+            if kind in node_kinds:
+                node = fact.get("node")
+                try:
+                    took_by[node][kind].append(fact.get("took_us"))
+                except KeyError:
+                    took_by[node] = {"ran": [], "recalled": [], "kept": []}
+                    took_by[node][kind].append(fact.get("took_us"))
+                except TypeError:  # an unhashable node: kept in the log only
+                    pass
+                continue
+            if kind == "finished":
+                name, value = TOOK, fact.get("took_us")
+            else:
+                value = fact.get("value")
+                if value is None:
+                    continue
+                node = fact.get("node")
+                name = kind if node is None else f"{kind}/{node}"
+            if value.__class__ is not float and value.__class__ is not int and (
+                type(value) is bool or not isinstance(value, numbers)
+            ):
+                continue
+            try:
+                pair = points[name]
+            except KeyError:
+                if not isinstance(name, str) or not fits_a_file(name):
+                    continue  # too long to name a series file: in the log only
+                pair = points[name] = ([], [])
+            except TypeError:
+                continue
+            pair[0].append(forward)
+            pair[1].append(value)
+            if kind in stats:
+                try:
+                    _fold(stats[kind], float(value))
+                except OverflowError:  # an int past float: in the log only
+                    pass
+    for node, per in took_by.items():
+        agg = nodes.get(str(node))
+        if agg is None:
+            agg = nodes[str(node)] = {"ran": 0, "recalled": 0, "kept": 0, "total_us": 0, "max_us": 0}
+        for kind, took in per.items():
+            if not took:
+                continue
+            agg[kind] += len(took)
+            try:
+                total, most = sum(took), max(took)
+            except TypeError:  # a took_us that is not a number is counted, not timed
+                took = [t for t in took if type(t) is not bool and isinstance(t, numbers)] or [0]
+                total, most = sum(took), max(took)
+            if not _number(total):  # numpy numbers: kept as Python ones
+                total, most = float(total), float(most)
+            if total - total != 0 or most - most != 0:  # inf or NaN: JSON has no word for it
+                continue
+            agg["total_us"] = _fits(agg["total_us"] + total)
+            if kind != "kept" and most > agg["max_us"]:
+                agg["max_us"] = _fits(most)
+    return count
+
+
+def _fits(n):
+    """``n`` as JSON can hold it: an int past 64 bits becomes a float."""
+    return float(n) if n.__class__ is int and not -(1 << 63) <= n < 1 << 63 else n
+
+
+def _fold(s, value):
+    # min and max may read back None (an inf or NaN is null in JSON): start again there
+    if s["count"] == 0:
+        s["first"] = value
+    if s["min"] is None or value < s["min"]:
+        s["min"] = value
+    if s["max"] is None or value > s["max"]:
+        s["max"] = value
+    s["count"] += 1
+    s["last"] = value
+
+
+def points_bytes(forwards: list, values: list) -> bytes:
+    """Series records; a value too large for a float64 becomes ±inf."""
+    from . import _log
+
+    try:
+        return _log.points_bytes(forwards, values)
+    except (OverflowError, TypeError, ValueError):
+        return _log.points_bytes(forwards, [_as_float(v) for v in values])
+
+
+def _as_float(v) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return float("inf") if v > 0 else float("-inf")

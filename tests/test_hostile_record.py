@@ -1,0 +1,218 @@
+"""A hostile record: anything on disk may have been put there by someone else.
+
+Each case spoils one run ("r") of a store that also holds a sound run
+("good"): a symlink out of the store (for runs/, the run's folder, each file),
+a FIFO in place of a file, a symlink to /dev/zero, a forged summary or index.
+Every public call then runs in a child process that
+- proves with an audit hook that nothing outside the store is opened (unless
+  with O_NOFOLLOW, which refuses a symlink) and nothing outside is removed,
+  truncated or renamed;
+- has its address space bounded (RLIMIT_AS), so reading /dev/zero to the end
+  or allocating by a forged count fails;
+- is killed if it does not finish in 60 s (a guard against FIFOs, not a
+  measurement).
+Each call must end in a result or a SomatizeError that names the spoiled file,
+and ``somatize check`` must exit 1 with a report.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import orjson
+import pytest
+
+from somatize import Recorder, Store
+from somatize.record import _log
+
+CHILD = r"""
+import io, json, os, resource, sys, traceback
+store, outside = sys.argv[1], sys.argv[2]
+import numpy, pandas
+import somatize
+from somatize import Recorder, SomatizeError
+from somatize.record import curve, facts, forwards, nodes, runs
+from somatize.cli import main
+# every module a call may need, loaded before the hook watches
+import somatize.record._queries, somatize.record._check
+from somatize._store import check as _c, store as _s
+import difflib, contextlib
+
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+store_real = os.path.realpath(store)
+modules = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+seen = []
+
+def inside(path):
+    return path == store_real or path.startswith(store_real + os.sep)
+
+def hook(event, args):
+    if event == "open":
+        path, flags = args[0], args[2]
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        path = os.fsdecode(path)
+        full = os.path.abspath(path)
+        if any(full.startswith(m + os.sep) for m in modules) or full.endswith((".py", ".pyc", ".so")):
+            return
+        parent = os.path.realpath(os.path.dirname(full))
+        nofollow = isinstance(flags, int) and flags & os.O_NOFOLLOW
+        if not inside(parent) or not (nofollow or inside(os.path.realpath(full))):
+            seen.append(("open", full))
+    elif event in ("os.remove", "os.rename", "os.truncate", "os.rmdir", "shutil.rmtree"):
+        path = args[0]
+        if isinstance(path, (str, bytes, os.PathLike)):
+            full = os.path.abspath(os.fsdecode(path))
+            if not inside(os.path.realpath(os.path.dirname(full))):
+                seen.append((event, full))
+
+sys.addaudithook(hook)
+
+def call(name, fn):
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            value = fn()
+        return {"call": name, "ok": True, "value": value if isinstance(value, (int, str)) else None, "out": out.getvalue()}
+    except SomatizeError as e:
+        return {"call": name, "ok": False, "error": type(e).__name__, "message": str(e)}
+    except BaseException as e:
+        return {"call": name, "crash": traceback.format_exc()}
+
+def resume():
+    r = Recorder(store, run="r", resume=True)
+    r.forward_began()
+    r({"fact": "loss", "value": 1.0})
+    r.close()
+
+results = [
+    call("facts", lambda: len(facts(store, "r"))),
+    call("facts forward", lambda: len(facts(store, "r", forward=0))),
+    call("forwards", lambda: len(forwards(store, "r"))),
+    call("nodes", lambda: len(nodes(store, "r"))),
+    call("curve", lambda: len(curve(store, "r", "loss"))),
+    call("runs", lambda: len(runs(store))),
+    call("somatize runs", lambda: main(["runs", store])),
+    call("somatize check", lambda: main(["check", store])),
+    call("good", lambda: len(facts(store, "good"))),
+    call("resume", resume),
+]
+print(json.dumps({"results": results, "seen": seen}))
+"""
+
+
+def make(tmp_path):
+    store = Store(tmp_path / "store")
+    for run in ("good", "r"):
+        with Recorder(store, run=run) as recorder:
+            for i in range(40):
+                recorder.forward_began()
+                recorder({"fact": "ran", "node": "a", "began_us": 0, "took_us": 3})
+                recorder({"fact": "finished", "took_us": 5})
+                recorder({"fact": "loss", "value": 1 / (i + 1)})
+    outside = tmp_path / "outside"
+    shutil.copytree(store.path / "runs" / "r", outside / "r")  # a run someone points into the store
+    shutil.copytree(store.path / "runs", outside / "runs")
+    return store.path, outside
+
+
+FILES = ["summary.json", "facts.log", "index.bin", "lock", "series/loss.bin"]
+
+
+def symlink_out(name):
+    def spoil(run, outside):
+        target = outside / ("runs" if name == "runs" else "r" if name == "." else f"r/{name}")
+        path = run.parent if name == "runs" else run if name == "." else run / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        path.symlink_to(target)
+    return spoil
+
+
+def fifo(name):
+    def spoil(run, outside):
+        (run / name).unlink()
+        os.mkfifo(run / name)
+    return spoil
+
+
+def zero(name):
+    def spoil(run, outside):
+        (run / name).unlink()
+        (run / name).symlink_to("/dev/zero")
+    return spoil
+
+
+def summary_says(**fields):
+    def spoil(run, outside):
+        s = orjson.loads((run / "summary.json").read_bytes())
+        s.update(fields)
+        (run / "summary.json").write_bytes(orjson.dumps(s))
+    return spoil
+
+
+def forged_index(run, outside):
+    """An index whose checksum the summary agrees with, but which points past the log."""
+    entries = np.array([(0, 10**9, 0, 1 << 40), (-5, 3, -100, 64)], _log.INDEX).tobytes()
+    (run / "index.bin").write_bytes(entries)
+    summary_says(index=[len(entries), _log.checksum(entries)])(run, outside)
+
+
+def forged_series(run, outside):
+    """A series whose checksum the summary agrees with, at forwards far past the run."""
+    data = _log.points_bytes([10**12, -(10**12), 3], [1.0, 2.0, 3.0])
+    (run / "series" / "loss.bin").write_bytes(data)
+    s = orjson.loads((run / "summary.json").read_bytes())
+    s["series"]["loss"] = [len(data), _log.checksum(data)]
+    (run / "summary.json").write_bytes(orjson.dumps(s))
+
+
+def huge_summary(run, outside):
+    (run / "summary.json").write_bytes(b'{"run": "' + b"x" * (20 << 20) + b'"}')
+
+
+CASES = {
+    "runs/ a symlink out": (symlink_out("runs"), "runs"),
+    "run folder a symlink out": (symlink_out("."), "symlink"),
+    "series/ a symlink out": (symlink_out("series"), "series"),
+    **{f"{f} a symlink out": (symlink_out(f), f.split("/")[-1]) for f in FILES},
+    **{f"{f} a FIFO": (fifo(f), f.split("/")[-1]) for f in FILES},
+    **{f"{f} to /dev/zero": (zero(f), f.split("/")[-1]) for f in FILES if f != "lock"},
+    "series/ a file": (lambda run, outside: (shutil.rmtree(run / "series"), (run / "series").write_text("x")), "series"),
+    "forwards 10**12": (summary_says(forwards=10**12, facts=10**12, log_bytes=10**12), "facts.log"),
+    "summary from the year 10**292": (summary_says(started=1e300, updated=1e300), "summary.json"),
+    "summary a list": (lambda run, outside: (run / "summary.json").write_bytes(b"[1, 2]"), "summary.json"),
+    "summary of 20 MiB": (huge_summary, "summary.json"),
+    "index forged with its checksum": (forged_index, "index.bin"),
+    "series forged with its checksum": (forged_series, None),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_spoiled_run_never_hangs_reads_outside_or_crashes(tmp_path, case):
+    spoil, names = CASES[case]
+    root, outside = make(tmp_path)
+    spoil(root / "runs" / "r", outside)
+    before = {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(root), str(outside)],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["seen"] == [], report["seen"]
+    by_call = {r["call"]: r for r in report["results"]}
+    for r in report["results"]:
+        assert "crash" not in r, f"{r['call']}: {r['crash']}"
+        if not r["ok"] and names is not None:
+            assert names in r["message"], (r["call"], r["message"])
+    check = by_call["somatize check"]
+    assert check["ok"] and check["value"] == 1 and "problem" in check["out"], check
+    if case != "runs/ a symlink out":
+        assert by_call["good"]["ok"] and by_call["good"]["value"] == 120  # the sound run reads as ever
+        listing = by_call["somatize runs"]
+        assert listing["ok"] and listing["value"] == 0 and "good" in listing["out"]
+    else:
+        assert by_call["somatize runs"]["value"] == 1
+    assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before  # nothing outside changed
