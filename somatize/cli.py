@@ -12,15 +12,17 @@ import sys
 import time
 from pathlib import Path
 
-MARKER = "SOMATIZE"
+from ._store.names import MARKER, store_root
 
 
 def _store_path(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
         raise _Usage(f"{text}: no such folder; give the folder of a store (the one holding {MARKER})")
-    if not (path / MARKER).is_file():
-        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made")
+    try:
+        store_root(path)
+    except ValueError:
+        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made") from None
     return path
 
 
