@@ -16,7 +16,7 @@ import re
 from .._base.errors import SomatizeError
 from .files import Refused, entries, read_regular
 from .names import DIGEST, MARKER, name_problem
-from .objects import TREE, Damaged, digest_in, parse, references
+from .objects import TREE, Damaged, check_head, digest_in, parse, references
 
 _HEX2 = re.compile(r"[0-9a-f]{2}")
 _HEX62 = re.compile(r"[0-9a-f]{62}")
@@ -77,8 +77,10 @@ def _check_object(store, prefix, name, kind):
         return [f"{path}: not an object (an object is a file named by 62 hex digits; this is {kind}); remove it"]
     digest = f"sha256:{prefix}{name}"
     try:
-        buf = read_regular(store.path, ("objects", prefix, name))
+        buf = read_regular(store.path, ("objects", prefix, name), head=check_head)
         actual = digest_in(buf)
+    except Damaged as e:
+        return [f"{path}: damaged: {e}; delete it and keep the value again"]
     except (OSError, Refused) as e:
         return [f"{path}: cannot be read ({_text(e)}); fix its permissions or remove it"]
     if actual != digest:

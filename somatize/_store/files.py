@@ -256,13 +256,14 @@ def lstat_in(root, parts):
         os.close(fd)
 
 
-def read_regular(root, parts, limit=None):
+def read_regular(root, parts, limit=None, head=None):
     """The bytes of the regular file ``root/parts…`` as a writable uint8 array
     the caller owns (a file of ``MAP_AT`` bytes or more is mapped
     copy-on-write: no copy, and a write into it never reaches the file).
 
     Raises ``Refused`` for anything but a regular file of at most ``limit``
-    bytes, FileNotFoundError where there is none."""
+    bytes, FileNotFoundError where there is none. ``head(fd, size)``, when
+    given, may look at the file before it is read or mapped, and raise."""
     folder = open_dir(root, parts[:-1])
     try:
         if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
@@ -281,6 +282,8 @@ def read_regular(root, parts, limit=None):
         size = st.st_size
         if limit is not None and size > limit:
             raise Refused(f"a file of {size:,} bytes, more than the {limit:,} such a file can hold")
+        if head is not None:
+            head(fd, size)
         if size >= MAP_AT:
             try:
                 return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_COPY), np.uint8)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 import struct
 
 import orjson
@@ -172,18 +173,48 @@ def parse(buf, digest=None):
     it declares is looked at. The buffers are views into ``buf`` (no copy)."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
     size = view.nbytes
-    magic = bytes(view[:4])
+    magic, length, body = _frame(view[:8], size)
+    codec, meta, sizes, ends = _layout(view[8 : 8 + length], length, body)
+    if digest is not None:
+        if magic == MAGIC:
+            if bytes(view[body + TRAILER :]) != bytes.fromhex(digest[7:]):
+                raise NotThisObject(f"it holds the bytes of object sha256:{bytes(view[body + TRAILER:]).hex()}")
+        elif "sha256:" + hashlib.sha256(view).hexdigest() != digest:  # version 1: no digest inside
+            raise NotThisObject("it holds another object's bytes: the file does not hash to its name")
+    if xxhash.xxh3_128(view[:body]).digest() != view[body : body + TRAILER]:
+        raise Damaged("its bytes do not match their checksum: damaged or truncated")
+    return codec, meta, [view[at : at + n] for at, n in zip(ends, sizes)]
+
+
+def check_head(fd, size):
+    """Raise ``Damaged`` unless the object file open as ``fd`` holds the
+    ``size`` bytes its header declares: read before a file is mapped, so a
+    huge or sparse file is refused without being read."""
+    first = os.pread(fd, 8, 0)
+    _, length, body = _frame(first, size)
+    _layout(os.pread(fd, length, 8), length, body)
+
+
+def _frame(first, size):
+    """``(magic, header length, where the checksum starts)`` from the first 8 bytes."""
+    magic = bytes(first[:4])
     if size >= 4 and magic not in (MAGIC, MAGIC_V1):
         raise Damaged("not a somatize object (its first bytes are not SMZ2)")
     tail = TRAILER + (TAG if magic == MAGIC else 0)
     if size < 8 + tail:
         raise Damaged(f"truncated: {size} bytes, shorter than any object")
-    (length,) = struct.unpack("<I", view[4:8])
+    (length,) = struct.unpack("<I", first[4:8])
     body = size - tail
     if 8 + length > body:
         raise Damaged(f"its header says it is {length:,} bytes long; the file holds {size:,}")
+    return magic, length, body
+
+
+def _layout(header, length, body):
+    """``(codec, meta, sizes, offsets)`` from the header, checked to describe
+    exactly ``body`` bytes (every count and size bounded by them)."""
     try:
-        header = orjson.loads(view[8 : 8 + length])
+        header = orjson.loads(header)
         codec, meta, sizes = header["codec"], header["meta"], header["sizes"]
         if not isinstance(codec, str) or not isinstance(sizes, list):
             raise TypeError
@@ -201,16 +232,9 @@ def parse(buf, digest=None):
         if offset > body:
             break
     if offset != body:
-        raise Damaged(f"its header describes {offset + tail:,} bytes or more, the file holds {size:,}")
-    if digest is not None:
-        if magic == MAGIC:
-            if bytes(view[body + TRAILER :]) != bytes.fromhex(digest[7:]):
-                raise NotThisObject(f"it holds the bytes of object sha256:{bytes(view[body + TRAILER:]).hex()}")
-        elif "sha256:" + hashlib.sha256(view).hexdigest() != digest:  # version 1: no digest inside
-            raise NotThisObject("it holds another object's bytes: the file does not hash to its name")
-    if xxhash.xxh3_128(view[:body]).digest() != view[body : body + TRAILER]:
-        raise Damaged("its bytes do not match their checksum: damaged or truncated")
-    return codec, meta, [view[at : at + n] for at, n in zip(ends, sizes)]
+        raise Damaged(f"its header describes {'more than ' if offset > body else ''}{offset:,} bytes "
+                      f"before the checksum; the file holds {body:,}")
+    return codec, meta, sizes, ends
 
 
 def digest_in(buf):

@@ -77,7 +77,7 @@ from .._base.errors import (CodecError, DamagedError, SomatizeError, SomatizeKey
 from .check import check as _check
 from .files import MAP_AT, Refused
 from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root
-from .objects import TREE, Damaged, NotThisObject, build, digest_in, parse, split
+from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, split
 from .writer import Writer, direct_io_default
 
 FORMAT = 1
@@ -477,7 +477,9 @@ class Store:
 
     def _read(self, digest, name, part_of=None):
         try:
-            buf = _files.read_regular(self.path, ("objects", digest[7:9], digest[9:]))
+            buf = _files.read_regular(self.path, ("objects", digest[7:9], digest[9:]), head=check_head)
+        except Damaged as e:
+            raise DamagedError(f"{self._what(digest, name, part_of)} is damaged: {e}. {_FIX}") from None
         except (FileNotFoundError, NotADirectoryError):
             raise DamagedError(
                 f"{self._what(digest, name, part_of)} is missing from the store. {_FIX}"
