@@ -95,7 +95,9 @@ CHILD = textwrap.dedent(r"""
             if outcomes[f"{label}recall({name!r})"] == "ok" and not same(name, value):
                 outcomes[f"{label}recall({name!r})"] = "BROKE: returned another value"
         problems = run(label + "check()", store.check)
-        if problems is not None and not all(isinstance(p, str) for p in problems):
+        if outcomes[label + "check()"] != "ok":  # check reports; it never raises
+            outcomes[label + "check()"] = "BROKE: check() raised, " + outcomes[label + "check()"]
+        elif not all(isinstance(p, str) for p in problems):
             outcomes[label + "check()"] = "BROKE: not a list of lines"
     if writable is not None:
         run("keep('new', …)", lambda: writable.keep("new", np.full(300, 7.0)))

@@ -748,3 +748,152 @@ def test_an_object_file_copied_over_another_is_named_by_check(tmp_path, size):
     # its checksum verified) carries its digest in its last 32 bytes
     with pytest.raises(DamagedError, match="another object's bytes"):
         store.recall("b")
+
+
+# ---- decoding errors: damage, or a codec's own -----------------------------------------
+
+
+class Fussy:
+    def __init__(self, b):
+        self.b = b
+
+
+class FussyCodec:
+    """A user's codec whose decode has a bug: it raises on sound bytes."""
+
+    name = "test-fussy"
+    types = (Fussy,)
+    explicit = False
+
+    def encode(self, v):
+        return {}, [v.b]
+
+    def decode(self, meta, buffers):
+        raise TypeError("fussy cannot read this")
+
+
+@pytest.mark.parametrize("shape", ["bare", "in a dict"])
+def test_a_user_codecs_own_exception_is_its_own_not_store_damage(tmp_path, shape):
+    """Issue 7: a TypeError inside a user codec's decode was reported as a
+    damaged manifest, with advice to delete sound data."""
+    from somatize._base.errors import CodecError
+
+    register_codec(FussyCodec())
+    store = Store(tmp_path)
+    value = Fussy(b"x" * 1000)
+    digest = store.keep("f", value if shape == "bare" else {"f": value})
+    with pytest.raises(CodecError) as raised:
+        store.recall("f")
+    message = str(raised.value)
+    assert not isinstance(raised.value, DamagedError)
+    assert "'test-fussy'" in message and "TypeError" in message and "'f'" in message
+    assert "delete" not in message  # nothing to repair: the bytes are whole
+    assert isinstance(raised.value.__cause__, TypeError)
+    assert store.check() == [] and digest
+
+
+@pytest.mark.parametrize("codec, meta, buffers", [
+    ("bytes", {}, [b"a", b"b"]),            # two buffers where one belongs
+    ("bytes", {}, []),
+    ("numpy", {"shape": [1]}, [b"\0"]),     # no dtype
+    ("numpy", ["not", "a", "dict"], [b"\0"]),
+    ("numpy", {"dtype": "|u1", "shape": [1]}, [b"\0", b"\0"]),
+    ("numpy", {"dtype": "|u1", "shape": [1] * 100}, [b"\0"]),   # more dimensions than numpy has
+    ("numpy-scalar", {}, [b"\0"]),
+])
+def test_a_forged_object_of_a_builtin_codec_is_damaged_not_a_bare_error(tmp_path, codec, meta, buffers):
+    store = Store(tmp_path)
+    digest = _plant(store, codec, meta, buffers)
+    with pytest.raises(DamagedError, match=f"{digest[7:]}.*damaged.*store.check"):
+        store.recall(digest)
+
+
+def test_a_shape_whose_size_overflows_64_bits_is_damaged(tmp_path):
+    """Issue: [8, 2**61 + 1] wrapped around in np.prod to 8 and passed the size check."""
+    store = Store(tmp_path)
+    digest = _plant(store, "numpy", {"dtype": "|u1", "shape": [8, 2**61 + 1]}, [b"\0" * 8])
+    with pytest.raises(DamagedError, match="shape"):
+        store.recall(digest)
+
+
+def test_a_header_declaring_millions_of_buffers_is_refused_by_its_count(tmp_path):
+    from somatize._store.objects import MAX_BUFFERS
+
+    store = Store(tmp_path)
+    digest = _plant(store, "bytes", {}, [b""] * (MAX_BUFFERS + 1))
+    with pytest.raises(DamagedError, match=f"{MAX_BUFFERS + 1:,} buffers"):
+        store.recall(digest)
+
+
+# ---- names from users ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a/" * 3000 + "x", "b" * 256, "é" * 128, "x/" + "y" * 300])
+def test_a_name_too_long_is_refused_saying_the_limit(store, name):
+    with pytest.raises(SomatizeValueError, match="at most (255|1024) bytes"):
+        store.keep(name, 1)
+    assert store.lookup(name) is None
+    with pytest.raises(SomatizeValueError, match="at most"):
+        store.recall(name)
+
+
+def test_names_refuses_a_prefix_that_is_not_text(store):
+    with pytest.raises(SomatizeTypeError, match="names\\(prefix=\\) takes a str.*int"):
+        store.names(prefix=5)
+
+
+def test_a_name_is_one_name_in_either_unicode_normalisation(store):
+    import unicodedata
+
+    composed, decomposed = unicodedata.normalize("NFC", "café/é"), unicodedata.normalize("NFD", "café/é")
+    assert composed != decomposed
+    store.keep(decomposed, 1)
+    assert store.recall(composed) == 1 and store.lookup(composed) == store.lookup(decomposed)
+    store.keep(composed, 2)
+    assert store.recall(decomposed) == 2
+    assert store.names() == [composed] and store.names(prefix=unicodedata.normalize("NFD", "café")) == [composed]
+
+
+# ---- one reading of "a Store or a path" -------------------------------------------------
+
+
+def test_store_root_reads_a_path_without_making_a_store(tmp_path):
+    from somatize._store.names import MARKER, store_root
+
+    with pytest.raises(SomatizeValueError, match=f"not a somatize store.*{MARKER}"):
+        store_root(tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+    s = Store(tmp_path / "s")
+    assert store_root(tmp_path / "s") == s.path == store_root(s)
+    with pytest.raises(SomatizeTypeError, match="store= takes a Store or a path"):
+        store_root(3)
+
+
+def test_as_store_opens_a_path_once_and_heals_a_deleted_store(tmp_path):
+    """A path is opened once per process; deleting the store's folder under
+    that Store (a notebook cleaning up) makes the next keep make it again,
+    not fail with a bare FileNotFoundError."""
+    path = tmp_path / "s"
+    first = as_store(path)
+    assert as_store(str(path)) is first and as_store(first) is first
+    first.keep("x", 1)
+    shutil.rmtree(path)
+    assert first.lookup("x") is None
+    first.keep("x", 2)
+    assert first.recall("x") == 2 and first.check() == []
+    shutil.rmtree(path / "tmp")
+    first.keep("y", np.arange(10_000.0))
+    assert first.recall("y")[-1] == 9999.0
+
+
+def test_direct_io_is_a_switch_and_both_ways_write_the_same_object(tmp_path):
+    a = _odd_big_array(2)
+    direct = Store(tmp_path / "direct", direct_io=True)
+    buffered = Store(tmp_path / "buffered", direct_io=False)
+    assert direct.keep("big", a) == buffered.keep("big", a)
+    assert np.array_equal(buffered.recall("big"), a) and buffered.check() == []
+    code = "import sys; from somatize import Store; print(Store(sys.argv[1])._writer.direct_io)"
+    for env, want in (("0", "False"), ("1", "True")):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "env")], capture_output=True,
+                             text=True, check=True, env={**os.environ, "SOMATIZE_DIRECT_IO": env}).stdout
+        assert out.strip() == want
