@@ -10,7 +10,6 @@ write through these helpers. Nothing here knows what the bytes mean.
 from __future__ import annotations
 
 import errno
-import hashlib
 import mmap
 import os
 import secrets
@@ -189,11 +188,6 @@ def has_size(path, size):
     except (FileNotFoundError, NotADirectoryError):
         return False
     return stat.S_ISREG(st.st_mode) and st.st_size == size
-
-
-def sha256_file(path):
-    with open(path, "rb", buffering=0) as f:
-        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # ---- reading and walking inside a store, following no link --------------------
