@@ -96,8 +96,13 @@ def check_report(path) -> tuple[str, bool]:
     from ._store.store import Store
     from ._store.check import count_objects
 
+    from ._base.errors import SomatizeError
+
     path = Path(path)
-    store = Store(path, readonly=True)
+    try:
+        store = Store(path, readonly=True)
+    except SomatizeError as e:  # a marker that is not one: report it, as any damage
+        return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
     run_problems, notes = check_runs(path)
     problems += run_problems

@@ -897,3 +897,22 @@ def test_direct_io_is_a_switch_and_both_ways_write_the_same_object(tmp_path):
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "env")], capture_output=True,
                              text=True, check=True, env={**os.environ, "SOMATIZE_DIRECT_IO": env}).stdout
         assert out.strip() == want
+
+
+def test_check_names_a_manifest_that_references_a_manifest(tmp_path):
+    from somatize._store.objects import TREE
+
+    store = Store(tmp_path)
+    inner = store.put({"x": np.arange(100.0)})
+    outer = _plant(store, TREE, {"tree": ["l", ["r", inner]]}, [])
+    problems = store.check()
+    assert len(problems) == 1 and outer[7:] in problems[0].replace("/", "") and "another manifest" in problems[0]
+
+
+def test_somatize_check_on_a_store_whose_marker_is_garbage_reports_it(tmp_path):
+    Store(tmp_path / "s")
+    (tmp_path / "s" / "SOMATIZE").write_bytes(b"not json")
+    completed = subprocess.run([sys.executable, "-m", "somatize.cli", "check", str(tmp_path / "s")],
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr
+    assert "SOMATIZE" in completed.stdout and "could not be opened" in completed.stdout

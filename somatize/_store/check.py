@@ -51,6 +51,7 @@ def _text(e):
 
 def _check_objects(store):
     problems = []
+    manifests = {}  # digest -> the leaves it references
     objects = store.path / "objects"
     try:
         subs = sorted(entries(store.path, ("objects",)))
@@ -67,11 +68,16 @@ def _check_objects(store):
             problems.append(f"{objects / sub}: cannot be listed ({_text(e)}); remove it or fix its permissions")
             continue
         for name, kind in listed:
-            problems += _check_object(store, sub, name, kind)
+            problems += _check_object(store, sub, name, kind, manifests)
+    for digest, leaves in manifests.items():
+        for leaf in leaves:
+            if leaf in manifests:  # never written by keep: a recall refuses it
+                problems.append(f"{store._object_path(digest)}: a manifest whose part {leaf} is another "
+                                "manifest; delete it and keep the value again")
     return problems
 
 
-def _check_object(store, prefix, name, kind):
+def _check_object(store, prefix, name, kind, manifests):
     path = store.path / "objects" / prefix / name
     if kind != "file" or not _HEX62.fullmatch(name):
         return [f"{path}: not an object (an object is a file named by 62 hex digits; this is {kind}); remove it"]
@@ -94,9 +100,11 @@ def _check_object(store, prefix, name, kind):
     tree = meta.get("tree") if isinstance(meta, dict) else None
     if tree is None:
         return [f"{path}: damaged: a manifest without a tree; delete it and keep the value again"]
+    leaves = sorted(set(map(str, references(tree))))
+    manifests[digest] = leaves
     return [
-        f"{path}: a manifest whose part {str(leaf)[:80]} is not in the store; keep the value again"
-        for leaf in sorted(set(map(str, references(tree))))
+        f"{path}: a manifest whose part {leaf[:80]} is not in the store; keep the value again"
+        for leaf in leaves
         if not (DIGEST.fullmatch(leaf) and store._has_object(leaf))
     ]
 
