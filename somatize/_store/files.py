@@ -257,7 +257,8 @@ def read_regular(root, parts, limit=None, head=None):
 
     Raises ``Refused`` for anything but a regular file of at most ``limit``
     bytes, FileNotFoundError where there is none. ``head(fd, size)``, when
-    given, may look at the file before it is read or mapped, and raise."""
+    given, may look at a file before it is mapped, and raise: a mapped file's
+    size is bounded only by what its own bytes declare."""
     folder = open_dir(root, parts[:-1])
     try:
         if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
@@ -276,7 +277,7 @@ def read_regular(root, parts, limit=None, head=None):
         size = st.st_size
         if limit is not None and size > limit:
             raise Refused(f"a file of {size:,} bytes, more than the {limit:,} such a file can hold")
-        if head is not None:
+        if head is not None and size >= MAP_AT:  # a smaller file is read whole, bounded anyway
             head(fd, size)
         if size >= MAP_AT:
             try:
