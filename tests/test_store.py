@@ -916,3 +916,12 @@ def test_somatize_check_on_a_store_whose_marker_is_garbage_reports_it(tmp_path):
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode == 1 and "Traceback" not in completed.stderr
     assert "SOMATIZE" in completed.stdout and "could not be opened" in completed.stdout
+
+
+def test_a_name_kept_unnormalised_by_an_older_somatize_is_still_found(store):
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "café")
+    digest = store.put(3)
+    (store.path / "names" / decomposed).write_text(digest)  # as written before names were NFC
+    assert store.recall(decomposed) == 3 and store.lookup(decomposed) == digest

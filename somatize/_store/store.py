@@ -65,6 +65,7 @@ import difflib
 import errno
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 
@@ -86,8 +87,6 @@ _STALE_TMP_S = 3600
 _CLOSE_AMONG = 5000  # names compared when suggesting close ones
 _SMALL_FILE = 1024  # the most bytes a marker or a ref may hold (a ref is 71)
 _opened = {}  # (root, readonly) -> Store: as_store opens a path once per process
-
-__all__ = ["Store", "as_store", "digest_of", "store_root", "MARKER"]
 
 
 def digest_of(value):
@@ -121,7 +120,6 @@ class Store:
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.readonly = bool(readonly)
         self._tmp = self.path / "tmp"
-        self._objects = self.path / "objects"
         self._names = self.path / "names"
         self._writer = Writer(self.path, direct_io_default() if direct_io is None else bool(direct_io))
         if self.readonly:
@@ -333,9 +331,6 @@ class Store:
                 f"cannot keep the name {name!r}: a folder on its way under {str(self._names)!r} "
                 f"is {e}. Remove it from the store (the store never writes through a link)."
             ) from None
-        except FileNotFoundError:
-            self._folder(("names",))  # names/ itself was deleted: make it, once
-            made = _files.ensure_dirs(self.path, ("names", *parts[:-1]))
         try:
             _files.write_file(self._tmp, path, digest.encode(), sync_dirs=made)
         except IsADirectoryError:
@@ -409,11 +404,10 @@ class Store:
             if not self._has_object(digest, lstat_only=True):
                 raise SomatizeKeyError(f"no object {digest} in {self!r}; store.names() lists what is kept")
         else:
-            key = normal(key)
             self._ref_path(key)
-            digest, name = self.lookup(key), key
+            digest, name = self.lookup(key), normal(key)
             if digest is None:
-                raise SomatizeKeyError(self._unknown(key))
+                raise SomatizeKeyError(self._unknown(name))
         codec, meta, buffers = self._read(digest, name)
         if codec != TREE:
             return self._decode(codec, meta, buffers, self._what(digest, name))
@@ -516,7 +510,7 @@ class Store:
             st = _files.lstat_in(self.path, ("objects", digest[7:9], digest[9:]))
         except (OSError, Refused):
             return False
-        return lstat_only or st.st_mode & 0o170000 == 0o100000
+        return lstat_only or stat.S_ISREG(st.st_mode)
 
     # ---- checking --------------------------------------------------------------
 
