@@ -925,3 +925,13 @@ def test_a_name_kept_unnormalised_by_an_older_somatize_is_still_found(store):
     digest = store.put(3)
     (store.path / "names" / decomposed).write_text(digest)  # as written before names were NFC
     assert store.recall(decomposed) == 3 and store.lookup(decomposed) == digest
+
+
+def test_tmp_replaced_by_a_link_after_opening_is_never_written_through(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(store.path / "tmp")
+    (store.path / "tmp").symlink_to(outside)
+    with pytest.raises(DamagedError, match="tmp.*a link"):
+        store.keep("x", np.arange(1000.0))
+    assert list(outside.iterdir()) == []

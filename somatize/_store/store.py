@@ -331,6 +331,7 @@ class Store:
                 f"cannot keep the name {name!r}: a folder on its way under {str(self._names)!r} "
                 f"is {e}. Remove it from the store (the store never writes through a link)."
             ) from None
+        self._folder(("tmp",))  # still a folder of this store, not a link out
         try:
             _files.write_file(self._tmp, path, digest.encode(), sync_dirs=made)
         except IsADirectoryError:
@@ -354,7 +355,12 @@ class Store:
         """Keep ``value`` without a name; returns its digest."""
         self._refuse_if_readonly("put(…)")
         parts = split(value)
-        return self._healing(lambda: self._writer.put(parts), "put(…)")
+
+        def write():
+            self._folder(("tmp",))  # still a folder of this store, not a link out
+            return self._writer.put(parts)
+
+        return self._healing(write, "put(…)")
 
     def _healing(self, write, call):
         """Run ``write``; where the store's folders were deleted under it, make
