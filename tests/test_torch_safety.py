@@ -3,7 +3,6 @@ tensor reads its memory in place (no copy), and nothing loaded from a store
 can run code, whoever wrote the store."""
 
 import ast
-import hashlib
 import pathlib
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import torch
 import somatize
 import somatize.torch  # noqa: F401
 from somatize import SomatizeError, Store
-from somatize._store.objects import Encoded
+from somatize._store.objects import Encoded, digest_in
 
 MIB = 1 << 20
 
@@ -74,7 +73,7 @@ def test_the_memory_probe_sees_a_copy(tmp_path):
 def plant(store, name, data):
     """Put raw bytes into the store as a well-formed object under `name`,
     as a hostile writer of the folder could."""
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    digest = digest_in(data)  # sha256 of the bytes, but a well-formed object's last 32
     path = store._object_path(digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
