@@ -9,7 +9,8 @@ operation (``Store(path)``, ``Store(path, readonly=True)``, ``names()``,
 (3) is guarded by a timeout, so a hang fails the test instead of the suite.
 Every operation must end in a clean return or a SomatizeError; nothing
 outside the store may be opened, listed or removed; a value recalled must be
-exactly the one kept under that name.
+exactly the one kept under that name; and the hostile thing must be noticed
+(check() lists it, or an operation refuses), so no case passes by doing nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ CHILD = textwrap.dedent(r"""
     sys.addaudithook(hook)
     kept = json.load(open(os.path.join(os.path.dirname(store_path), "kept.json")))
     outcomes = {}
+    found = []  # the problems check() listed
 
     def run(label, f):
         try:
@@ -99,11 +101,13 @@ CHILD = textwrap.dedent(r"""
             outcomes[label + "check()"] = "BROKE: check() raised, " + outcomes[label + "check()"]
         elif not all(isinstance(p, str) for p in problems):
             outcomes[label + "check()"] = "BROKE: not a list of lines"
+        else:
+            found.extend(problems)
     if writable is not None:
         run("keep('new', …)", lambda: writable.keep("new", np.full(300, 7.0)))
         run("keep('small', …)", lambda: writable.keep("small", 5))
         run("keep('d/y', …)", lambda: writable.keep("d/y", [1, 2]))
-    print(json.dumps({"outcomes": outcomes, "touched": touched}))
+    print(json.dumps({"outcomes": outcomes, "touched": touched, "found": found}))
 """)
 
 
@@ -422,35 +426,11 @@ def test_a_hostile_store_is_refused_cleanly_and_nothing_outside_is_touched(tmp_p
     assert broke == {}, f"{plant.__name__}: {broke}"
     assert report["touched"] == [], f"{plant.__name__}: reached outside the store: {report['touched']}"
     assert _snapshot(out) == before  # nothing outside removed or changed
-
-
-def test_every_case_is_noticed_by_check_or_refused(tmp_path):
-    """The battery is not vacuous: on each hostile store, check() names a
-    problem or a recall is refused (in process: the test above proves these
-    cases no longer hang or blow up). tmp/ and runs/ are never read, so a
-    FIFO or a link there harms no reader (opening to write is tested below);
-    3,000 references to one leaf make a sound store (tested below)."""
-    quiet = []
-    for plant in CASES:
-        if plant in (a_lock_is_a_fifo, tmp_links_out, a_manifest_of_3000_references_to_one_big_leaf):
-            continue
-        case = tmp_path / plant.__name__
-        case.mkdir()
-        store = _healthy(case)
-        plant(store, _outside(case))
-        try:
-            store = Store(store.path, readonly=True)
-            noticed = bool(store.check())
-            for name in ("a", "big", "d/x", "n", "tree"):
-                try:
-                    store.recall(name)
-                except SomatizeError:
-                    noticed = True
-        except SomatizeError:
-            noticed = True  # a store too broken to open is refused
-        if not noticed:
-            quiet.append(plant.__name__)
-    assert quiet == []
+    # not vacuous: the hostile thing is noticed, by check() or by a refusal.
+    # tmp/ and runs/ are never read, so a FIFO there harms no reader; 3,000
+    # references to one leaf make a sound store (see the test below)
+    noticed = report["found"] or any(how.startswith("refused") for how in report["outcomes"].values())
+    assert noticed or plant in (a_lock_is_a_fifo, a_manifest_of_3000_references_to_one_big_leaf)
 
 
 def test_a_leaf_referenced_3000_times_is_read_and_decoded_once(tmp_path):
