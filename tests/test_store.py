@@ -458,7 +458,7 @@ def test_store_takes_str_or_path_and_shows_it(tmp_path):
     assert as_store(s1) is s1 and as_store(tmp_path / "s").path == s1.path
     with pytest.raises(SomatizeTypeError, match="Store or a path"):
         as_store(3)
-    assert (tmp_path / "s" / "SOMATIZE").read_bytes() == b'{"format":1}'
+    assert (tmp_path / "s" / "SOMATIZE").read_bytes() == b'{"format":2}'
 
 
 def test_a_file_is_not_a_store(tmp_path):
@@ -485,9 +485,35 @@ def test_hidden_files_do_not_stop_a_folder_becoming_a_store(tmp_path):
 
 def test_a_store_of_another_format_is_refused(tmp_path):
     Store(tmp_path)
-    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 2}')
-    with pytest.raises(SomatizeValueError, match="format 2.*Upgrade"):
+    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 3}')
+    with pytest.raises(SomatizeValueError, match="format 3.*Upgrade"):
         Store(tmp_path)
+
+
+def test_a_store_of_format_1_is_read_and_marked_2_once_written_into(tmp_path):
+    """Objects are SMZ2 now, which somatize of format 1 would call damaged
+    (advising to delete them): opening such a store to write marks it 2, so
+    an older somatize refuses it, saying to upgrade."""
+    import struct
+
+    import orjson
+    import xxhash
+
+    store = Store(tmp_path)
+    header = orjson.dumps({"codec": "numpy", "meta": {"dtype": "<f8", "shape": [2]}, "sizes": [16]})
+    head = b"SMZ1" + struct.pack("<I", len(header)) + header
+    body = head + bytes(-len(head) % 64) + np.array([1.0, 2.0]).tobytes() + bytes(48)
+    whole = body + xxhash.xxh3_128(body).digest()  # format 1: no digest at the end
+    digest = "sha256:" + hashlib.sha256(whole).hexdigest()
+    store._object_path(digest).parent.mkdir(parents=True, exist_ok=True)
+    store._object_path(digest).write_bytes(whole)
+    store.link("old", digest)
+    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 1}')
+    assert Store(tmp_path, readonly=True).recall("old").tolist() == [1.0, 2.0]
+    assert (tmp_path / "SOMATIZE").read_bytes() == b'{"format": 1}'  # reading writes nothing
+    assert Store(tmp_path).recall("old").tolist() == [1.0, 2.0]
+    assert (tmp_path / "SOMATIZE").read_bytes() == b'{"format":2}'
+    assert Store(tmp_path).check() == []
 
 
 NOT_WRITABLE = """

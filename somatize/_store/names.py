@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .._base.errors import SomatizeTypeError, SomatizeValueError
 
-MARKER = "SOMATIZE"  # the file that makes a folder a store: {"format": 1}
+MARKER = "SOMATIZE"  # the file that makes a folder a store: {"format": 2}
 MAX_NAME = 1024  # bytes of UTF-8 in a whole name; each part at most 255
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run is one folder under runs/

@@ -13,7 +13,8 @@ bytes onto one name.
 
 Layout (see docs/ARCHITECTURE.md)::
 
-    SOMATIZE              marker: {"format": 1}
+    SOMATIZE              marker: {"format": 2}; a store of format 1 (objects
+                          SMZ1 only) is read, and marked 2 when written into
     objects/ab/<62 hex>   immutable objects (format in objects.py), read-only
     names/<name>          a ref: the text "sha256:<64 hex>"; a name may hold "/"
     runs/                 the record's (not touched here)
@@ -81,7 +82,8 @@ from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, sto
 from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, split
 from .writer import Writer, direct_io_default
 
-FORMAT = 1
+FORMAT = 2  # its objects may be SMZ2, which a reader of format 1 would call damaged
+_READS = (1, 2)
 _OWN = {MARKER, "objects", "names", "runs", "tmp"}
 _STALE_TMP_S = 3600
 _CLOSE_AMONG = 5000  # names compared when suggesting close ones
@@ -183,9 +185,10 @@ class Store:
                 f"{str(self._tmp)!r}). Pass a folder you can write to, or fix its permissions "
                 "(to only read an existing store, open it with Store(path, readonly=True))."
             ) from None
-        if has_marker:
-            self._read_marker()
-        else:
+        if not has_marker or self._read_marker() != FORMAT:
+            # a store of format 1 is about to hold objects an older somatize
+            # cannot read: say so in the marker, so that it refuses the store
+            # ("upgrade somatize") instead of calling those objects damaged
             _files.write_file(self._tmp, root / MARKER, orjson.dumps({"format": FORMAT}))
         _files.sweep(root, ("tmp",), time.time() - _STALE_TMP_S)
 
@@ -221,11 +224,12 @@ class Store:
                 f"{str(marker)!r} is not a store marker{why}; it should be a file holding "
                 f"{{\"format\": {FORMAT}}}. Rewrite it so, or open a different folder."
             ) from None
-        if fmt != FORMAT:
+        if fmt not in _READS or type(fmt) is not int:
             raise SomatizeValueError(
-                f"{str(self.path)!r} is a store of format {fmt!r:.40}; this somatize reads format "
-                f"{FORMAT}. Upgrade somatize to open it."
+                f"{str(self.path)!r} is a store of format {fmt!r:.40}; this somatize reads formats "
+                f"{' and '.join(map(str, _READS))}. Upgrade somatize to open it."
             )
+        return fmt
 
     def _refuse_if_readonly(self, call):
         if self.readonly:
