@@ -1,4 +1,5 @@
-"""Files written whole or not at all, and read back without a needless copy.
+"""Files written whole or not at all, and read back without a needless copy
+and without following a link out of the store (see "reading and walking").
 
 The rule kept here: a file is written to a temp file, flushed to disk, then
 renamed into place, and the folder that holds it is flushed before anything
@@ -340,29 +341,19 @@ def ensure_dirs(root, parts):
     try:
         for part in parts:
             try:
+                os.mkdir(part, dir_fd=fd)
+                made.add(here)
+            except FileExistsError:
+                pass  # there already (what it is, the open says), or made by another writer
+            try:
                 below = os.open(part, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                try:
-                    os.mkdir(part, dir_fd=fd)
-                    made.add(here)
-                except FileExistsError:
-                    pass  # another writer made it
-                below = None
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                below = None
-            if below is None:
-                try:
-                    below = os.open(part, _DIR, dir_fd=fd)
-                except OSError as e:
-                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                        raise
-                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
-                    if stat.S_ISREG(mode):
-                        raise NotADirectoryError(errno.ENOTDIR, "a file, where a folder belongs",
-                                                 str(here / part)) from None
-                    raise Refused(_kind(mode), "folder") from None
+                mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                if stat.S_ISREG(mode):
+                    raise NotADirectoryError(errno.ENOTDIR, "a file, where a folder belongs", str(here / part)) from None
+                raise Refused(_kind(mode), "folder") from None
             os.close(fd)
             fd, here = below, here / part
     finally:
