@@ -369,29 +369,28 @@ class Store:
     def _healing(self, write, call):
         """Run ``write``; where the store's folders were deleted under it, make
         them again and run it once more (writing is idempotent)."""
-        try:
-            return write()
-        except FileNotFoundError:
-            self._open()
-        except (Refused, NotADirectoryError) as e:
-            raise DamagedError(
-                f"{call}: a folder of {self!r} is {_why(e)}. Remove it from the store (the store "
-                "never writes through a link); `somatize check` lists what does not belong."
-            ) from None
-        except OSError as e:
-            if e.errno == errno.ENAMETOOLONG:
-                raise SomatizeValueError(
-                    f"{call}: the name is too long for this filesystem ({e.strerror}); shorten it "
-                    "(each part between '/' at most 255 bytes, the whole at most 1024)"
+        for attempt in (1, 2):
+            try:
+                return write()
+            except FileNotFoundError as e:
+                if attempt == 2:
+                    raise DamagedError(
+                        f"{call}: {e.filename!r} vanished while writing into {self!r}, twice; "
+                        "something deletes the store's folders as it writes. Stop it, then keep again."
+                    ) from None
+                self._open()
+            except (Refused, NotADirectoryError) as e:
+                raise DamagedError(
+                    f"{call}: a folder of {self!r} is {_why(e)}. Remove it from the store (the store "
+                    "never writes through a link); `somatize check` lists what does not belong."
                 ) from None
-            raise
-        try:
-            return write()
-        except FileNotFoundError as e:
-            raise DamagedError(
-                f"{call}: {e.filename!r} vanished while writing into {self!r}, twice; something "
-                "deletes the store's folders as it writes. Stop it, then keep again."
-            ) from None
+            except OSError as e:
+                if e.errno == errno.ENAMETOOLONG:
+                    raise SomatizeValueError(
+                        f"{call}: the name is too long for this filesystem ({e.strerror}); shorten it "
+                        "(each part between '/' at most 255 bytes, the whole at most 1024)"
+                    ) from None
+                raise
 
     def digest_of(self, value):
         """The digest ``put(value)`` would return; writes nothing."""
