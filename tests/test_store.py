@@ -961,3 +961,15 @@ def test_tmp_replaced_by_a_link_after_opening_is_never_written_through(store, tm
     with pytest.raises(DamagedError, match="tmp.*a link"):
         store.keep("x", np.arange(1000.0))
     assert list(outside.iterdir()) == []
+
+
+def test_runs_lists_no_folder_through_a_link(tmp_path):
+    store = Store(tmp_path / "s")
+    outside = tmp_path / "outside"
+    (outside / "elsewhere").mkdir(parents=True)
+    (store.path / "runs").symlink_to(outside)
+    assert store.runs() == []
+    (store.path / "runs").unlink()
+    (store.path / "runs" / "a-run").mkdir(parents=True)
+    (store.path / "runs" / "linked-run").symlink_to(outside / "elsewhere")
+    assert store.runs() == ["a-run"]

@@ -25,12 +25,18 @@ RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run is one folder under runs/
 
 
 def run_names(root):
-    """The runs recorded in the store at ``root``, sorted."""
+    """The runs recorded in the store at ``root``, sorted: the folders under
+    ``runs/``, which is not followed if it is a link (nor is any run)."""
     try:
-        return sorted(n for n in os.listdir(os.path.join(root, "runs"))
-                      if RUN_NAME.fullmatch(n) and n not in (".", ".."))
-    except FileNotFoundError:
+        fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # none, or not a folder of this store
         return []
+    try:
+        with os.scandir(fd) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False)
+                          and RUN_NAME.fullmatch(e.name) and e.name not in (".", ".."))
+    finally:
+        os.close(fd)
 
 
 def name_problem(name):
