@@ -3,7 +3,7 @@ folders where files belong and the other way round, absurd headers.
 
 Each case builds a real store, plants one hostile thing, then runs every
 operation (``Store(path)``, ``Store(path, readonly=True)``, ``names()``,
-``lookup``, ``recall``, ``check()``, ``keep``) in a child process that
+``runs()``, ``lookup``, ``recall``, ``check()``, ``keep``) in a child process that
 (1) records every ``open`` and removal through ``sys.addaudithook``,
 (2) runs under ``RLIMIT_AS`` so reading without bound ends in MemoryError,
 (3) is guarded by a timeout, so a hang fails the test instead of the suite.
@@ -55,8 +55,14 @@ CHILD = textwrap.dedent(r"""
             return
         # a name opened relative to a folder descriptor carries only its own
         # name: every file outside is named OUTSIDE-…, a name the store never uses
-        if "OUTSIDE" in path or (os.path.isabs(path) and os.path.realpath(path).startswith(outside + os.sep)):
-            touched.append(f"{event} {path}")
+        if os.path.isabs(path):
+            flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
+            if flags & os.O_NOFOLLOW:  # the last part is not followed: where it is, is where it stays
+                path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+            else:
+                path = os.path.realpath(path)
+        if "OUTSIDE" in path or path.startswith(outside + os.sep):
+            touched.append(f"{event} {args[0]}")
 
     sys.addaudithook(hook)
     kept = json.load(open(os.path.join(os.path.dirname(store_path), "kept.json")))
@@ -91,6 +97,9 @@ CHILD = textwrap.dedent(r"""
         names = run(label + "names()", store.names) or []
         if any("OUTSIDE" in n for n in names):
             touched.append(f"names() listed {names}")
+        runs = run(label + "runs()", store.runs) or []
+        if "a-run" in runs:  # only ever made outside the store
+            touched.append(f"runs() listed {runs}")
         for name in kept:
             run(f"{label}lookup({name!r})", lambda: store.lookup(name))
             value = run(f"{label}recall({name!r})", lambda: store.recall(name))
@@ -251,6 +260,27 @@ def a_name_links_to_a_name_outside_by_relative_path(store, out):
     (store.path / "names" / "n").symlink_to(os.path.relpath(out / "OUTSIDE-ref", store.path / "names"))
 
 
+def marker_links_out(store, out):
+    (out / "OUTSIDE-marker").write_bytes((store.path / "SOMATIZE").read_bytes())
+    (store.path / "SOMATIZE").unlink()
+    (store.path / "SOMATIZE").symlink_to(out / "OUTSIDE-marker")
+
+
+def runs_links_out(store, out):
+    (out / "OUTSIDE-runs" / "a-run").mkdir(parents=True)
+    (store.path / "runs").symlink_to(out / "OUTSIDE-runs")
+
+
+def names_is_a_fifo(store, out):
+    shutil.rmtree(store.path / "names")
+    os.mkfifo(store.path / "names")
+
+
+def objects_is_a_fifo(store, out):
+    shutil.rmtree(store.path / "objects")
+    os.mkfifo(store.path / "objects")
+
+
 def marker_is_a_fifo(store, out):
     _fifo(store.path / "SOMATIZE")
 
@@ -389,8 +419,8 @@ def _point(store, name, digest):
 CASES = [
     tmp_links_out, names_links_out, objects_links_out, an_object_folder_links_out,
     a_name_folder_links_out, a_name_file_links_out, an_object_file_links_out,
-    a_name_links_to_a_name_outside_by_relative_path,
-    marker_is_a_fifo, a_name_is_a_fifo, an_object_is_a_fifo, a_big_object_is_a_fifo, a_lock_is_a_fifo,
+    a_name_links_to_a_name_outside_by_relative_path, marker_links_out, runs_links_out,
+    names_is_a_fifo, objects_is_a_fifo, marker_is_a_fifo, a_name_is_a_fifo, an_object_is_a_fifo, a_big_object_is_a_fifo, a_lock_is_a_fifo,
     marker_is_a_device, a_name_is_a_device, a_name_links_to_dev_zero, an_object_is_a_device,
     an_object_links_to_dev_zero,
     marker_is_a_folder, an_object_is_a_folder, objects_is_a_file, names_is_a_file, tmp_is_a_file,
@@ -427,10 +457,11 @@ def test_a_hostile_store_is_refused_cleanly_and_nothing_outside_is_touched(tmp_p
     assert report["touched"] == [], f"{plant.__name__}: reached outside the store: {report['touched']}"
     assert _snapshot(out) == before  # nothing outside removed or changed
     # not vacuous: the hostile thing is noticed, by check() or by a refusal.
-    # tmp/ and runs/ are never read, so a FIFO there harms no reader; 3,000
+    # tmp/ and runs/ are never read here, so a FIFO or link there harms no
+    # reader (and runs() lists nothing through it); 3,000
     # references to one leaf make a sound store (see the test below)
     noticed = report["found"] or any(how.startswith("refused") for how in report["outcomes"].values())
-    assert noticed or plant in (a_lock_is_a_fifo, a_manifest_of_3000_references_to_one_big_leaf)
+    assert noticed or plant in (a_lock_is_a_fifo, runs_links_out, a_manifest_of_3000_references_to_one_big_leaf)
 
 
 def test_a_leaf_referenced_3000_times_is_read_and_decoded_once(tmp_path):
