@@ -4,7 +4,7 @@ that point at them.
 The rule kept here: nothing is ever half written. Every file is written to
 ``tmp/``, flushed to disk, then renamed into place, and the folder that holds
 it is flushed before anything points at it: an object before the manifest that
-references it, a manifest before the name (helpers in ``files.py``). A crash
+references it, a manifest before the name (``writer.py``, ``files.py``). A crash
 at any moment leaves whatever was visible before, plus at most some files in
 ``tmp/`` (harmless: ``check`` ignores them and opening a store sweeps those
 over an hour old). Several processes may keep into one store at once: objects
