@@ -8,7 +8,10 @@ A large keep writes around the page cache (O_DIRECT: on this VM, memory the
 guest never touched costs ~150 ms per 64 MiB to back on first touch, for page
 cache and fresh arrays alike), so "recall, first" reads the object from disk
 and "recall" (the second) finds it cached. "keep serial" is the plain path:
-hash first, then a buffered write. WARMUP rounds go first, uncounted.
+hash first, then a buffered write; "keep buffered" hashes while writing but
+through the page cache (Store(direct_io=False)), and "recall buffered,
+first" recalls what it wrote. Together they are the measure behind the
+default of Store(direct_io=). WARMUP rounds go first, uncounted.
 
     .venv/bin/python bench/bench_store.py
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-import somatize._store.store as store_module
+import somatize._store.writer as writer_module
 from somatize import Store
 
 RUNS = int(os.environ.get("RUNS", 9))
@@ -41,10 +44,11 @@ def timed(f):
 
 def main():
     folder = Path(tempfile.mkdtemp(prefix="bench-store-", dir=os.environ.get("BENCH_DIR")))
-    store = Store(folder / "store")
+    store = Store(folder / "store", direct_io=True)
+    buffered = Store(folder / "buffered", direct_io=False)
     a = np.random.default_rng(0).random(8 * 1024 * 1024)  # 64 MiB
     size = a.nbytes
-    times = {k: [] for k in ("keep", "keep serial", "np.save+fsync", "recall, first", "recall", "np.load", "sha256", "write+fsync")}
+    times = {k: [] for k in ("keep", "keep serial", "keep buffered", "recall buffered, first", "np.save+fsync", "recall, first", "recall", "np.load", "sha256", "write+fsync")}
     cpu = []
 
     # every contender writes a new file each round, as keep writes a new object:
@@ -71,9 +75,12 @@ def main():
         times["keep"].append(timed(lambda: store.keep("big", a)))
         cpu.append(time.process_time() - c)
         a[0] = -run - 1  # the same keep, hashing first and writing after (no thread)
-        threshold, store_module._HASH_WHILE_WRITING = store_module._HASH_WHILE_WRITING, 1 << 62
+        threshold, writer_module._HASH_WHILE_WRITING = writer_module._HASH_WHILE_WRITING, 1 << 62
         times["keep serial"].append(timed(lambda: store.keep("serial", a)))
-        store_module._HASH_WHILE_WRITING = threshold
+        writer_module._HASH_WHILE_WRITING = threshold
+        a[0] = run + 0.5  # hashing while writing, but buffered: Store(direct_io=False)
+        times["keep buffered"].append(timed(lambda: buffered.keep("buffered", a)))
+        times["recall buffered, first"].append(timed(lambda: buffered.recall("buffered")))
         a[0] = run
         times["np.save+fsync"].append(timed(np_save))
         # a large keep goes around the page cache (O_DIRECT), so the first
@@ -101,7 +108,7 @@ def main():
     out = sys.stdout
     out.write(f"64 MiB float64 array, median of {RUNS} runs, GB/s (1 GB = 1e9 bytes)\n")
     for k, v in gbs.items():
-        out.write(f"  {k:<14} {v:6.2f}\n")
+        out.write(f"  {k:<22} {v:6.2f}\n")
     floor = min(gbs["sha256"], gbs["write+fsync"])  # keep hashes and writes at once: the slower bounds it
     out.write(f"keep   / its bound min(sha256, write+fsync) {floor:.2f}: {gbs['keep'] / floor:.2f}x\n")
     out.write(f"keep   / keep serial: {gbs['keep'] / gbs['keep serial']:.2f}x; "

@@ -14,15 +14,17 @@ import sys
 import time
 from pathlib import Path
 
-MARKER = "SOMATIZE"
+from ._store.names import MARKER, store_root
 
 
 def _store_path(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
         raise _Usage(f"{text}: no such folder; give the folder of a store (the one holding {MARKER})")
-    if not (path / MARKER).is_file():
-        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made")
+    try:
+        store_root(path)
+    except ValueError:
+        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made") from None
     return path
 
 
@@ -109,8 +111,13 @@ def check_report(path) -> tuple[str, bool]:
     from .record._check import check_runs
     from .record._runs import run_names
 
+    from ._base.errors import SomatizeError
+
     path = Path(path)
-    store = Store(path, readonly=True)
+    try:
+        store = Store(path, readonly=True)
+    except SomatizeError as e:  # a marker that is not one: report it, as any damage
+        return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
     run_problems, notes = check_runs(path)
     try:

@@ -253,3 +253,27 @@ def test_a_big_data_attribute_is_digested_once_not_every_forward():
     assert encoded == [1]
     node.big = Counted(2)  # a new object: digested again
     assert g.fingerprints()["h"] != first and encoded == [1, 2]
+
+
+@pytest.mark.parametrize("what", ["the whole store", "its cache folder", "its tmp folder"])
+def test_deleting_the_store_between_two_cached_forwards_runs_the_node_again(tmp_path, what):
+    """Issue 7: the process-wide cache of opened stores went stale: after a
+    notebook deleted the folder, the next cached forward raised a bare
+    FileNotFoundError. Now the node runs again and its output is kept anew."""
+    import shutil
+
+    body = Scale(2.0).named("body").frozen().cached()
+    g = Graph.somatize(body >> Head().named("head"))
+    x = np.linspace(0, 1, 100)
+    store = tmp_path / "store"
+    out1 = g.forward(x, store=store)
+    shutil.rmtree({"the whole store": store, "its cache folder": store / "names" / "cache",
+                   "its tmp folder": store / "tmp"}[what])
+    seen = []
+    out2 = g.forward(x, store=str(store), watching=seen.append)
+    assert out2 == out1
+    assert said(seen)[:2] == ([("ran", "body"), ("kept", "body")] if what != "its tmp folder"
+                              else [("recalled", "body"), ("ran", "head")])
+    again = []
+    g.forward(x, store=store, watching=again.append)
+    assert said(again)[0] == ("recalled", "body")

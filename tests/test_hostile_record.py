@@ -58,6 +58,8 @@ def hook(event, args):
         full = os.path.abspath(path)
         if any(full.startswith(m + os.sep) for m in modules) or full.endswith((".py", ".pyc", ".so")):
             return
+        if os.path.realpath(full) == store_real:  # the store's own folder (opened to walk it)
+            return
         parent = os.path.realpath(os.path.dirname(full))
         nofollow = isinstance(flags, int) and flags & os.O_NOFOLLOW
         if not inside(parent) or not (nofollow or inside(os.path.realpath(full))):

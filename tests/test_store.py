@@ -213,7 +213,7 @@ def test_a_linked_folder_under_names_is_never_written_through(store, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (store.path / "names" / "a").symlink_to(outside)
-    with pytest.raises(DamagedError, match="leads outside the store"):
+    with pytest.raises(DamagedError, match="is a link.*never writes through a link"):
         store.keep("a/b", 1)
     assert list(outside.iterdir()) == []
 
@@ -406,7 +406,7 @@ def test_stale_temp_files_are_swept_when_a_store_opens(store):
 
 def test_an_object_with_an_unknown_codec_is_refused_by_name(store):
     obj = Encoded("no-such-codec", {}, [b"x" * 10])
-    store._write_object(obj)
+    store._writer.write(obj)
     store.link("odd", obj.digest)
     with pytest.raises(SomatizeValueError, match="no codec named 'no-such-codec'"):
         store.recall("odd")
@@ -458,7 +458,7 @@ def test_store_takes_str_or_path_and_shows_it(tmp_path):
     assert as_store(s1) is s1 and as_store(tmp_path / "s").path == s1.path
     with pytest.raises(SomatizeTypeError, match="Store or a path"):
         as_store(3)
-    assert (tmp_path / "s" / "SOMATIZE").read_bytes() == b'{"format":1}'
+    assert (tmp_path / "s" / "SOMATIZE").read_bytes() == b'{"format":2}'
 
 
 def test_a_file_is_not_a_store(tmp_path):
@@ -485,9 +485,35 @@ def test_hidden_files_do_not_stop_a_folder_becoming_a_store(tmp_path):
 
 def test_a_store_of_another_format_is_refused(tmp_path):
     Store(tmp_path)
-    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 2}')
-    with pytest.raises(SomatizeValueError, match="format 2.*Upgrade"):
+    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 3}')
+    with pytest.raises(SomatizeValueError, match="format 3.*Upgrade"):
         Store(tmp_path)
+
+
+def test_a_store_of_format_1_is_read_and_marked_2_once_written_into(tmp_path):
+    """Objects are SMZ2 now, which somatize of format 1 would call damaged
+    (advising to delete them): opening such a store to write marks it 2, so
+    an older somatize refuses it, saying to upgrade."""
+    import struct
+
+    import orjson
+    import xxhash
+
+    store = Store(tmp_path)
+    header = orjson.dumps({"codec": "numpy", "meta": {"dtype": "<f8", "shape": [2]}, "sizes": [16]})
+    head = b"SMZ1" + struct.pack("<I", len(header)) + header
+    body = head + bytes(-len(head) % 64) + np.array([1.0, 2.0]).tobytes() + bytes(48)
+    whole = body + xxhash.xxh3_128(body).digest()  # format 1: no digest at the end
+    digest = "sha256:" + hashlib.sha256(whole).hexdigest()
+    store._object_path(digest).parent.mkdir(parents=True, exist_ok=True)
+    store._object_path(digest).write_bytes(whole)
+    store.link("old", digest)
+    (tmp_path / "SOMATIZE").write_bytes(b'{"format": 1}')
+    assert Store(tmp_path, readonly=True).recall("old").tolist() == [1.0, 2.0]
+    assert (tmp_path / "SOMATIZE").read_bytes() == b'{"format": 1}'  # reading writes nothing
+    assert Store(tmp_path).recall("old").tolist() == [1.0, 2.0]
+    assert (tmp_path / "SOMATIZE").read_bytes() == b'{"format":2}'
+    assert Store(tmp_path).check() == []
 
 
 NOT_WRITABLE = """
@@ -625,7 +651,8 @@ def test_a_large_object_written_around_the_page_cache_reads_back_whole(tmp_path)
     digest = store.keep("big", a)
     path = store._object_path(digest)
     assert np.array_equal(store.recall("big"), a)
-    assert "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    data = path.read_bytes()  # the digest covers all but the last 32 bytes, which repeat it
+    assert "sha256:" + hashlib.sha256(data[:-32]).hexdigest() == digest and data[-32:].hex() == digest[7:]
     assert store.check() == []
     assert list((tmp_path / "s" / "tmp").iterdir()) == []
 
@@ -652,7 +679,7 @@ def test_an_object_naming_an_object_dtype_is_refused_not_unpickled(tmp_path):
     path = store._object_path(digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"".join(bytes(p) for p in obj.parts))
-    with pytest.raises(SomatizeValueError, match=r"dtype '\|O'.*never.*pickle"):
+    with pytest.raises(DamagedError, match=r"dtype '\|O'.*never.*pickle"):
         store.recall(digest)
 
 
@@ -720,7 +747,7 @@ def _plant(store, codec, meta, buffers):
 ])
 def test_an_array_whose_header_disagrees_with_its_bytes_is_refused(tmp_path, meta, payload):
     store = Store(tmp_path)
-    with pytest.raises(SomatizeValueError, match="not written by somatize or is damaged"):
+    with pytest.raises(DamagedError, match="not written by somatize or is damaged"):
         store.recall(_plant(store, "numpy", meta, [payload]))
 
 
@@ -743,6 +770,206 @@ def test_an_object_file_copied_over_another_is_named_by_check(tmp_path, size):
     shutil.copyfile(store._object_path(a), store._object_path(b))
     problems = store.check()
     assert len(problems) == 1 and str(store._object_path(b)) in problems[0]
-    if size < _MAP_AT:  # small objects are re-hashed on every recall too
-        with pytest.raises(DamagedError, match="another object's bytes"):
-            store.recall("b")
+    # a small object is re-hashed on every recall; a large one (mapped, only
+    # its checksum verified) carries its digest in its last 32 bytes
+    with pytest.raises(DamagedError, match="another object's bytes"):
+        store.recall("b")
+
+
+# ---- decoding errors: damage, or a codec's own -----------------------------------------
+
+
+class Fussy:
+    def __init__(self, b):
+        self.b = b
+
+
+class FussyCodec:
+    """A user's codec whose decode has a bug: it raises on sound bytes."""
+
+    name = "test-fussy"
+    types = (Fussy,)
+    explicit = False
+
+    def encode(self, v):
+        return {}, [v.b]
+
+    def decode(self, meta, buffers):
+        raise TypeError("fussy cannot read this")
+
+
+@pytest.mark.parametrize("shape", ["bare", "in a dict"])
+def test_a_user_codecs_own_exception_is_its_own_not_store_damage(tmp_path, shape):
+    """Issue 7: a TypeError inside a user codec's decode was reported as a
+    damaged manifest, with advice to delete sound data."""
+    from somatize._base.errors import CodecError
+
+    register_codec(FussyCodec())
+    store = Store(tmp_path)
+    value = Fussy(b"x" * 1000)
+    digest = store.keep("f", value if shape == "bare" else {"f": value})
+    with pytest.raises(CodecError) as raised:
+        store.recall("f")
+    message = str(raised.value)
+    assert not isinstance(raised.value, DamagedError)
+    assert "'test-fussy'" in message and "TypeError" in message and "'f'" in message
+    assert "delete" not in message  # nothing to repair: the bytes are whole
+    assert isinstance(raised.value.__cause__, TypeError)
+    assert store.check() == [] and digest
+
+
+@pytest.mark.parametrize("codec, meta, buffers", [
+    ("bytes", {}, [b"a", b"b"]),            # two buffers where one belongs
+    ("bytes", {}, []),
+    ("numpy", {"shape": [1]}, [b"\0"]),     # no dtype
+    ("numpy", ["not", "a", "dict"], [b"\0"]),
+    ("numpy", {"dtype": "|u1", "shape": [1]}, [b"\0", b"\0"]),
+    ("numpy", {"dtype": "|u1", "shape": [1] * 100}, [b"\0"]),   # more dimensions than numpy has
+    ("numpy-scalar", {}, [b"\0"]),
+])
+def test_a_forged_object_of_a_builtin_codec_is_damaged_not_a_bare_error(tmp_path, codec, meta, buffers):
+    store = Store(tmp_path)
+    digest = _plant(store, codec, meta, buffers)
+    with pytest.raises(DamagedError, match=f"{digest[7:]}.*damaged.*store.check"):
+        store.recall(digest)
+
+
+def test_a_shape_whose_size_overflows_64_bits_is_damaged(tmp_path):
+    """Issue: [8, 2**61 + 1] wrapped around in np.prod to 8 and passed the size check."""
+    store = Store(tmp_path)
+    digest = _plant(store, "numpy", {"dtype": "|u1", "shape": [8, 2**61 + 1]}, [b"\0" * 8])
+    with pytest.raises(DamagedError, match="shape"):
+        store.recall(digest)
+
+
+def test_a_header_declaring_millions_of_buffers_is_refused_by_its_count(tmp_path):
+    from somatize._store.objects import MAX_BUFFERS
+
+    store = Store(tmp_path)
+    digest = _plant(store, "bytes", {}, [b""] * (MAX_BUFFERS + 1))
+    with pytest.raises(DamagedError, match=f"{MAX_BUFFERS + 1:,} buffers"):
+        store.recall(digest)
+
+
+# ---- names from users ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a/" * 3000 + "x", "b" * 256, "é" * 128, "x/" + "y" * 300])
+def test_a_name_too_long_is_refused_saying_the_limit(store, name):
+    with pytest.raises(SomatizeValueError, match="at most (255|1024) bytes"):
+        store.keep(name, 1)
+    assert store.lookup(name) is None
+    with pytest.raises(SomatizeValueError, match="at most"):
+        store.recall(name)
+
+
+def test_names_refuses_a_prefix_that_is_not_text(store):
+    with pytest.raises(SomatizeTypeError, match="names\\(prefix=\\) takes a str.*int"):
+        store.names(prefix=5)
+
+
+def test_a_name_is_one_name_in_either_unicode_normalisation(store):
+    import unicodedata
+
+    composed, decomposed = unicodedata.normalize("NFC", "café/é"), unicodedata.normalize("NFD", "café/é")
+    assert composed != decomposed
+    store.keep(decomposed, 1)
+    assert store.recall(composed) == 1 and store.lookup(composed) == store.lookup(decomposed)
+    store.keep(composed, 2)
+    assert store.recall(decomposed) == 2
+    assert store.names() == [composed] and store.names(prefix=unicodedata.normalize("NFD", "café")) == [composed]
+
+
+# ---- one reading of "a Store or a path" -------------------------------------------------
+
+
+def test_store_root_reads_a_path_without_making_a_store(tmp_path):
+    from somatize._store.names import MARKER, store_root
+
+    with pytest.raises(SomatizeValueError, match=f"not a somatize store.*{MARKER}"):
+        store_root(tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+    s = Store(tmp_path / "s")
+    assert store_root(tmp_path / "s") == s.path == store_root(s)
+    with pytest.raises(SomatizeTypeError, match="store= takes a Store or a path"):
+        store_root(3)
+
+
+def test_as_store_opens_a_path_once_and_heals_a_deleted_store(tmp_path):
+    """A path is opened once per process; deleting the store's folder under
+    that Store (a notebook cleaning up) makes the next keep make it again,
+    not fail with a bare FileNotFoundError."""
+    path = tmp_path / "s"
+    first = as_store(path)
+    assert as_store(str(path)) is first and as_store(first) is first
+    first.keep("x", 1)
+    shutil.rmtree(path)
+    assert first.lookup("x") is None
+    first.keep("x", 2)
+    assert first.recall("x") == 2 and first.check() == []
+    shutil.rmtree(path / "tmp")
+    first.keep("y", np.arange(10_000.0))
+    assert first.recall("y")[-1] == 9999.0
+
+
+def test_direct_io_is_a_switch_and_both_ways_write_the_same_object(tmp_path):
+    a = _odd_big_array(2)
+    direct = Store(tmp_path / "direct", direct_io=True)
+    buffered = Store(tmp_path / "buffered", direct_io=False)
+    assert direct.keep("big", a) == buffered.keep("big", a)
+    assert np.array_equal(buffered.recall("big"), a) and buffered.check() == []
+    code = "import sys; from somatize import Store; print(Store(sys.argv[1])._writer.direct_io)"
+    for env, want in (("0", "False"), ("1", "True")):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "env")], capture_output=True,
+                             text=True, check=True, env={**os.environ, "SOMATIZE_DIRECT_IO": env}).stdout
+        assert out.strip() == want
+
+
+def test_check_names_a_manifest_that_references_a_manifest(tmp_path):
+    from somatize._store.objects import TREE
+
+    store = Store(tmp_path)
+    inner = store.put({"x": np.arange(100.0)})
+    outer = _plant(store, TREE, {"tree": ["l", ["r", inner]]}, [])
+    problems = store.check()
+    assert len(problems) == 1 and outer[7:] in problems[0].replace("/", "") and "another manifest" in problems[0]
+
+
+def test_somatize_check_on_a_store_whose_marker_is_garbage_reports_it(tmp_path):
+    Store(tmp_path / "s")
+    (tmp_path / "s" / "SOMATIZE").write_bytes(b"not json")
+    completed = subprocess.run([sys.executable, "-m", "somatize.cli", "check", str(tmp_path / "s")],
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr
+    assert "SOMATIZE" in completed.stdout and "could not be opened" in completed.stdout
+
+
+def test_a_name_kept_unnormalised_by_an_older_somatize_is_still_found(store):
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFD", "café")
+    digest = store.put(3)
+    (store.path / "names" / decomposed).write_text(digest)  # as written before names were NFC
+    assert store.recall(decomposed) == 3 and store.lookup(decomposed) == digest
+
+
+def test_tmp_replaced_by_a_link_after_opening_is_never_written_through(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(store.path / "tmp")
+    (store.path / "tmp").symlink_to(outside)
+    with pytest.raises(DamagedError, match="tmp.*a link"):
+        store.keep("x", np.arange(1000.0))
+    assert list(outside.iterdir()) == []
+
+
+def test_runs_lists_no_folder_through_a_link(tmp_path):
+    store = Store(tmp_path / "s")
+    outside = tmp_path / "outside"
+    (outside / "elsewhere").mkdir(parents=True)
+    (store.path / "runs").symlink_to(outside)
+    assert store.runs() == []
+    (store.path / "runs").unlink()
+    (store.path / "runs" / "a-run").mkdir(parents=True)
+    (store.path / "runs" / "linked-run").symlink_to(outside / "elsewhere")
+    assert store.runs() == ["a-run"]

@@ -160,3 +160,24 @@ def test_a_store_keeps_and_recalls_tensors(tmp_path):
     back = Store(tmp_path / "s").recall("t")
     for k, t in value.items():
         same(back[k], t)
+
+
+@pytest.mark.parametrize("buffers", [[], [b"\0" * 4, b"\0" * 4]])
+def test_a_tensor_header_with_a_wrong_number_of_buffers_is_refused_by_the_codec(buffers):
+    """Issue: the tensor codec unpacked its buffers blindly (a bare ValueError);
+    the numpy codec checked their number. Both check now."""
+    with pytest.raises(SomatizeError, match="buffers, not 1"):
+        CODEC.decode({"dtype": "float32", "shape": [1]}, [memoryview(b) for b in buffers])
+
+
+def test_a_forged_tensor_object_is_damaged_in_a_store(tmp_path):
+    from somatize import DamagedError
+    from somatize._store.objects import Encoded
+
+    store = Store(tmp_path)
+    obj = Encoded("torch", {"dtype": "float32", "shape": [1]}, [b"\0" * 4, b"\0" * 4])
+    path = store._object_path(obj.seal())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(bytes(p) for p in obj.parts))
+    with pytest.raises(DamagedError, match="buffers, not 1.*store.check"):
+        store.recall(obj.digest)

@@ -14,6 +14,11 @@ A codec is any object with
     decode(meta, buffers: list[memoryview]) -> value
     as_data(value) -> value   (optional) what the value becomes when it crosses
                                as data, e.g. a tensor cut from its autograd graph
+    raises_on_damage: bool    (optional) True when decode raises only for data
+                               it did not write: a Store then reports such an
+                               object as damaged. Otherwise (a user's codec) an
+                               exception from decode is reported as the codec's
+                               own, never as damage: the bytes passed their checksum.
 
 Register with ``somatize.register_codec(codec)``.
 """
@@ -21,6 +26,7 @@ Register with ``somatize.register_codec(codec)``.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -112,16 +118,26 @@ def how_to_register(value):
     )
 
 
+def _one_buffer(buffers, what):
+    if len(buffers) != 1:
+        raise SomatizeValueError(
+            f"{what} in the store holds {len(buffers)} buffers, not 1; it was not written by "
+            "somatize or is damaged: run `somatize check`"
+        )
+    return buffers[0]
+
+
 class _Bytes:
     name = "bytes"
     types = (bytes, bytearray, memoryview)
     explicit = False
+    raises_on_damage = True
 
     def encode(self, value):
         return {}, [value]
 
     def decode(self, meta, buffers):
-        return bytes(buffers[0])
+        return bytes(_one_buffer(buffers, "a bytes value"))
 
 
 def _plain_dtype(text):
@@ -140,10 +156,20 @@ def _plain_dtype(text):
     return dtype
 
 
+def _dtype_of(meta, what):
+    if not isinstance(meta, dict) or "dtype" not in meta:
+        raise SomatizeValueError(
+            f"{what} in the store has the header {meta!r:.100}, with no dtype; it was not written "
+            "by somatize or is damaged: run `somatize check`"
+        )
+    return _plain_dtype(meta["dtype"])
+
+
 class _NumpyArray:
     name = "numpy"
     types = (np.ndarray,)
     explicit = False
+    raises_on_damage = True
 
     def encode(self, value):
         if value.dtype.hasobject:
@@ -156,17 +182,19 @@ class _NumpyArray:
         return {"dtype": a.dtype.str, "shape": list(value.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
 
     def decode(self, meta, buffers):
-        dtype = _plain_dtype(meta["dtype"])
+        dtype = _dtype_of(meta, "an array")
         shape = meta.get("shape")
-        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape) or (
-            len(buffers) != 1 or len(buffers[0]) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffer = _one_buffer(buffers, "an array")
+        # math.prod of Python ints: a shape like [8, 2**61 + 1] cannot wrap around to fit
+        if not isinstance(shape, list) or len(shape) > 64 or not all(type(n) is int and n >= 0 for n in shape) or (
+            len(buffer) != math.prod(shape) * dtype.itemsize
         ):
             raise SomatizeValueError(
                 f"an array in the store says it is {dtype} of shape {shape!r:.60} but holds "
                 f"{sum(len(b) for b in buffers)} bytes; it was not written by somatize or is "
                 "damaged: run `somatize check`"
             )
-        a = np.frombuffer(buffers[0], dtype=dtype) if len(buffers[0]) else np.empty(0, dtype)
+        a = np.frombuffer(buffer, dtype=dtype) if len(buffer) else np.empty(0, dtype)
         return a.reshape(shape)
 
 
@@ -174,6 +202,7 @@ class _NumpyScalar:
     name = "numpy-scalar"
     types = (np.generic,)
     explicit = False
+    raises_on_damage = True
 
     def encode(self, value):
         a = np.asarray(value)
@@ -182,7 +211,7 @@ class _NumpyScalar:
         return {"dtype": a.dtype.str}, [a.tobytes()]
 
     def decode(self, meta, buffers):
-        dtype = _plain_dtype(meta["dtype"])
+        dtype = _dtype_of(meta, "a scalar")
         if len(buffers) != 1 or len(buffers[0]) != dtype.itemsize:
             raise SomatizeValueError(
                 f"a {dtype} scalar in the store holds {sum(len(b) for b in buffers)} bytes, not "

@@ -38,3 +38,7 @@ class NodeError(SomatizeError, RuntimeError):
 
 class StoreNotWritable(SomatizeError, PermissionError):
     """The store's folder cannot be written, or was opened ``readonly=True``."""
+
+
+class CodecError(SomatizeError, RuntimeError):
+    """A user's codec raised while decoding bytes that are whole (not damage)."""

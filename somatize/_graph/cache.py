@@ -256,28 +256,15 @@ def _check_weights(cached_steps):
             )
 
 
-_stores = {}
-
-
 def _check_store_arg(store):
-    from .._store.store import Store
+    from .._store.store import Store, as_store
 
     if not isinstance(store, (Store, str, os.PathLike)):
-        _as_store(store)  # raises, naming what store= takes
+        as_store(store)  # raises, naming what store= takes
     return None
 
 
 def _as_store(store):
-    from .._store.store import Store
-
-    if isinstance(store, Store):
-        return store
-    if isinstance(store, (str, os.PathLike)):
-        key = os.path.abspath(os.fspath(store))
-        found = _stores.get(key)
-        if found is None:
-            found = _stores[key] = Store(key)
-        return found
     from .._store.store import as_store
 
-    return as_store(store)  # not a Store nor a path: raises, naming what store= takes
+    return as_store(store)  # a path is opened once per process, and healed if deleted

@@ -1,6 +1,7 @@
 """The Store: a folder of immutable, content-addressed objects and the names
-that point at them (``store``), the bytes of one object (``objects``), the
-rules for names (``names``), files written atomically and read defensively
+that point at them (``store``), how objects are written (``writer``), the
+bytes of one object (``objects``), the rules for names and where a store is
+(``names``), files written atomically and read without following a link out
 (``files``), and the fsck (``check``).
 
 Imports ``_base`` only. Knows nothing of graphs, runs or facts: the record

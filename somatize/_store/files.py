@@ -1,4 +1,5 @@
-"""Files written whole or not at all, and read back without a needless copy.
+"""Files written whole or not at all, and read back without a needless copy
+and without following a link out of the store (see "reading and walking").
 
 The rule kept here: a file is written to a temp file, flushed to disk, then
 renamed into place, and the folder that holds it is flushed before anything
@@ -9,11 +10,13 @@ write through these helpers. Nothing here knows what the bytes mean.
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import mmap
 import os
 import secrets
+import stat
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -179,34 +182,207 @@ def unlink(path):
 
 
 def has_size(path, size):
-    """The file is there with ``size`` bytes (one of another size is not)."""
+    """A regular file is there with ``size`` bytes (one of another size, or a
+    link, is not: it gets replaced)."""
     try:
-        return os.stat(path).st_size == size
-    except FileNotFoundError:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
-def sha256_file(path):
-    with open(path, "rb", buffering=0) as f:
-        return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+# ---- reading and walking inside a store, following no link --------------------
+#
+# Anything under a store's root may have been put there by someone else. So
+# below the root nothing is followed: every folder is opened relative to the
+# one above it with O_NOFOLLOW, every file is lstat'ed and opened with
+# O_NOFOLLOW | O_NONBLOCK (a FIFO opens at once instead of waiting for a
+# writer), and only a regular file of a size the caller allows is read. The
+# root itself may be a link: the caller chose that path.
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def read_file(path):
-    """The file's bytes as a writable uint8 array the caller owns."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size >= MAP_AT:
-            # copy-on-write: pages come straight from the page cache, and a
-            # write into a returned array never reaches the file
+class Refused(Exception):
+    """A path under a store that is not what the store puts there (a link, a
+    FIFO, a device, a folder where a file belongs, a file too large); the
+    message says what it is. The caller names the path and the fix."""
+
+    def __init__(self, kind, belongs=None):
+        self.kind = kind  # "a link", "a FIFO", "a file", "a folder", …
+        super().__init__(kind if belongs is None else f"{kind}, where a {belongs} belongs")
+
+
+class FileInTheWay(Refused):
+    """A regular file where a folder belongs; ``filename`` is where."""
+
+    def __init__(self, filename):
+        super().__init__("a file", "folder")
+        self.filename = filename
+
+
+def _kind(mode):
+    for test, what in ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def open_dir(root, parts):
+    """A descriptor of the folder ``root/parts…``; raises ``Refused`` where a
+    part is a link or not a folder, FileNotFoundError where one is missing."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
             try:
-                return np.frombuffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY), np.uint8)
+                below = os.open(part, _DIR, dir_fd=fd)
+            except (NotADirectoryError, OSError) as e:
+                if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise Refused(_kind(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode), "folder") from None
+            os.close(fd)
+            fd = below
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lstat_in(root, parts):
+    """``os.lstat`` of ``root/parts…`` reached without following a link."""
+    fd = open_dir(root, parts[:-1])
+    try:
+        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
+
+
+def read_regular(root, parts, limit=None, head=None):
+    """The bytes of the regular file ``root/parts…`` as a writable uint8 array
+    the caller owns (a file of ``MAP_AT`` bytes or more is mapped
+    copy-on-write: no copy, and a write into it never reaches the file).
+
+    Raises ``Refused`` for anything but a regular file of at most ``limit``
+    bytes, FileNotFoundError where there is none. ``head(fd, size)``, when
+    given, may look at a file before it is mapped, and raise: a mapped file's
+    size is bounded only by what its own bytes declare."""
+    folder = open_dir(root, parts[:-1])
+    try:
+        if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
+            raise Refused(_kind(mode), "file")
+        fd = os.open(parts[-1], _FILE, dir_fd=folder)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # replaced by a link since the lstat
+            raise Refused("a link", "file") from None
+        raise
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(_kind(st.st_mode), "file")
+        size = st.st_size
+        if limit is not None and size > limit:
+            raise Refused(f"a file of {size:,} bytes, more than the {limit:,} such a file can hold")
+        if head is not None and size >= MAP_AT:  # a smaller file is read whole, bounded anyway
+            head(fd, size)
+        if size >= MAP_AT:
+            try:
+                return np.frombuffer(mmap.mmap(fd, size, access=mmap.ACCESS_COPY), np.uint8)
             except OSError:
                 pass  # a filesystem that cannot map files: read it instead
         buf = np.empty(size, np.uint8)
         view, got = memoryview(buf), 0
         while got < size:  # one read stops at 2 GiB
-            n = f.readinto(view[got:])
+            n = os.readv(fd, [view[got:]])
             if not n:
                 break  # shorter than it was a moment ago: the caller's check says truncated
             got += n
         return buf[:got]
+    finally:
+        os.close(fd)
+
+
+def entries(root, parts):
+    """``(name, kind)`` of each entry of the folder ``root/parts…``, kind being
+    "file" (regular), "dir" or what else it is; nothing is followed."""
+    fd = open_dir(root, parts)
+    try:
+        with os.scandir(fd) as it:
+            return [(e.name, "file" if e.is_file(follow_symlinks=False) else
+                     "dir" if e.is_dir(follow_symlinks=False) else
+                     _kind(e.stat(follow_symlinks=False).st_mode)) for e in it]
+    finally:
+        os.close(fd)
+
+
+def walk_files(root, parts):
+    """The path (a tuple of parts below ``parts``) of every regular file
+    under ``root/parts…``, depth first; links, FIFOs and devices are skipped,
+    nothing is followed out. Missing: nothing."""
+    found = []
+    stack = [()]
+    while stack:
+        rel = stack.pop()
+        try:
+            listed = entries(root, (*parts, *rel))
+        except (FileNotFoundError, Refused, NotADirectoryError, PermissionError):
+            continue  # vanished, or replaced by a link, since it was listed
+        for name, kind in listed:
+            if kind == "file":
+                found.append((*rel, name))
+            elif kind == "dir":
+                stack.append((*rel, name))
+    return found
+
+
+def ensure_dirs(root, parts):
+    """Create the folders ``root/parts…`` that are missing, following no
+    link; the folders whose entries changed (to flush). Raises ``Refused``
+    where a part is a link or a FIFO or a device, ``FileInTheWay`` where it
+    is a regular file."""
+    made = set()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    here = Path(root)
+    try:
+        for part in parts:
+            try:
+                os.mkdir(part, dir_fd=fd)
+                made.add(here)
+            except FileExistsError:
+                pass  # there already (what it is, the open says), or made by another writer
+            try:
+                below = os.open(part, _DIR, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                if stat.S_ISREG(mode):
+                    raise FileInTheWay(str(here / part)) from None
+                raise Refused(_kind(mode), "folder") from None
+            os.close(fd)
+            fd, here = below, here / part
+    finally:
+        os.close(fd)
+    return made
+
+
+def sweep(root, parts, cutoff):
+    """Remove the entries of ``root/parts…`` (not folders) last changed before
+    ``cutoff``; a link is removed itself, never what it points at."""
+    try:
+        fd = open_dir(root, parts)
+    except (FileNotFoundError, Refused):
+        return
+    try:
+        with os.scandir(fd) as it:
+            for e in it:
+                try:
+                    if not e.is_dir(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(e.name, dir_fd=fd)
+                except OSError:
+                    pass  # another process swept it first
+    finally:
+        os.close(fd)

@@ -1,25 +1,42 @@
-"""What a name in a Store may be, and what a digest looks like.
+"""What a name in a Store may be, what a digest looks like, and where a
+store is (its marker file).
 
 The rule kept here: a name is a relative path that cannot leave ``names/``
-and cannot be mistaken for a digest. Every refusal says what to write instead.
+and cannot be mistaken for a digest. Names are Unicode text normalised to NFC
+(``normal``): "café" typed as one code point or as "e" + a combining accent is
+one name, kept and found under its NFC form. Every refusal says what to write
+instead. Imports no numpy: the command line lists runs through here.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
+import unicodedata
+from pathlib import Path
 
+from .._base.errors import SomatizeTypeError, SomatizeValueError
+
+MARKER = "SOMATIZE"  # the file that makes a folder a store: {"format": 2}
+MAX_NAME = 1024  # bytes of UTF-8 in a whole name; each part at most 255
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run is one folder under runs/
 
 
 def run_names(root):
-    """The runs recorded in the store at ``root``, sorted."""
+    """The runs recorded in the store at ``root``, sorted: the folders under
+    ``runs/``, which is not followed if it is a link (nor is any run)."""
     try:
-        return sorted(n for n in os.listdir(os.path.join(root, "runs"))
-                      if RUN_NAME.fullmatch(n) and n not in (".", ".."))
-    except FileNotFoundError:
+        fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # none, or not a folder of this store
         return []
+    try:
+        with os.scandir(fd) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False)
+                          and RUN_NAME.fullmatch(e.name) and e.name not in (".", ".."))
+    finally:
+        os.close(fd)
 
 
 def name_problem(name):
@@ -42,8 +59,41 @@ def name_problem(name):
     if "." in parts or ".." in parts:
         return "a name cannot have '.' or '..' parts; write the full name, e.g. \"a-run/weights\""
     if any(len(p.encode()) > 255 for p in parts):
-        return "each part between '/' must be at most 255 bytes; shorten it"
+        return "each part between '/' must be at most 255 bytes (the filesystem's limit); shorten it"
+    if len(name.encode()) > MAX_NAME:
+        return f"a name must be at most {MAX_NAME} bytes in all; shorten it, or use fewer '/' parts"
     return None
+
+
+def normal(name):
+    """``name`` in NFC, the one form a name is kept and found under."""
+    return unicodedata.normalize("NFC", name) if isinstance(name, str) and not name.isascii() else name
+
+
+def store_root(store_or_path):
+    """The root folder of a ``Store``, or of a path naming one, checking its
+    marker; opens nothing for writing and writes nothing (``Store(path)``
+    would make a store there)."""
+    if not isinstance(store_or_path, (str, os.PathLike)):
+        from .store import Store  # here, not above: listing runs must not import numpy
+
+        if isinstance(store_or_path, Store):
+            return store_or_path.path
+        raise SomatizeTypeError(
+            f"store= takes a Store or a path to one; got {type(store_or_path).__name__} "
+            f"{store_or_path!r:.60}. Write store=Store(\"path/to/store\") or store=\"path/to/store\"."
+        )
+    root = Path(os.fspath(store_or_path)).expanduser().absolute()
+    try:
+        is_store = stat.S_ISREG(os.lstat(root / MARKER).st_mode)
+    except OSError:
+        is_store = False
+    if not is_store:
+        raise SomatizeValueError(
+            f"{str(root)!r} is not a somatize store (no {MARKER} file in it): pass the "
+            f"folder a Store(path) or Recorder(path, ...) made"
+        )
+    return root
 
 
 def name_of(path, names_root):

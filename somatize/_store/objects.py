@@ -4,19 +4,28 @@ The rule kept here: an object's bytes say what they are and prove they are
 whole. Decoding runs no code named by the data: only a codec registered under
 the name the header gives, or the tree format below, which is plain JSON.
 
-Object format (version 1), all integers little-endian::
+Object format (version 2), all integers little-endian::
 
-    offset 0     b"SMZ1"
+    offset 0     b"SMZ2"
     offset 4     u32  H, the header's length
     offset 8     header, JSON: {"codec": name, "meta": {...}, "sizes": [n0, n1, ...]}
                  zero padding up to a multiple of 64
                  buffer 0, zero padding up to a multiple of 64, buffer 1, ...
-    last 16      xxh3_128 of every byte before it
+    then 16      xxh3_128 of every byte before it (the checksum)
+    last 32      sha256 of every byte before it: the object's own digest
 
 Buffers start 64-byte aligned (relative to the file), so arrays decoded in
-place are aligned. The trailer lets a reader reject damage or truncation at
+place are aligned. The checksum lets a reader reject damage or truncation at
 memory speed; the digest of an object is ``sha256:`` + sha256 of all its
-bytes, trailer included, so ``check`` can re-hash a file against its name.
+bytes but the last 32, which repeat it, so ``check`` can re-hash a file
+against its name and a reader can tell, for free, that the bytes under a name
+are that object's and not another's (a whole file copied over another passes
+its own checksum). Version 1 (``SMZ1``) had no last 32 bytes: it is still
+read, and its identity proven by re-hashing it whole.
+
+A header is bounded by what the file holds: its length, its buffer count
+(at most ``MAX_BUFFERS``) and their sizes are checked against the file's
+size before a buffer is looked at.
 
 Structured values (None, bool, int, float, str, list, tuple, dict with str
 keys, nested) are kept part by part: every leaf whose buffers exceed
@@ -43,18 +52,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 import struct
 
 import orjson
 import xxhash
 
-from .._base.codecs import codec_for, codec_named, how_to_register
+from .._base.codecs import codec_for, how_to_register
 from .._base.errors import SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 
-MAGIC = b"SMZ1"
+MAGIC = b"SMZ2"
+MAGIC_V1 = b"SMZ1"  # no digest at the end; read, never written
 ALIGN = 64
 TRAILER = 16
+TAG = 32  # the digest, repeated at the end
+MAX_BUFFERS = 1 << 16  # per object; a codec writes a few
 TREE = "somatize/tree"
 INLINE_MAX = 256  # a leaf this small costs more as a file than as base64
 MAX_DEPTH = 200  # JSON (orjson) writes at most 255 levels
@@ -69,6 +82,10 @@ _INT64 = (-(2**63), 2**63)
 
 class Damaged(Exception):
     """Bytes that are not a whole object; the store names the file and the name."""
+
+
+class NotThisObject(Damaged):
+    """Whole bytes, but another object's: a file copied over another."""
 
 
 def _padding(n):
@@ -117,7 +134,7 @@ class Encoded:
                 parts.append(_ZEROS[: _padding(v.nbytes)])
         self.codec = codec
         self.parts = parts  # the trailer is appended by seal()
-        self.size = sum(memoryview(p).nbytes for p in parts) + TRAILER
+        self.size = sum(memoryview(p).nbytes for p in parts) + TRAILER + TAG
         self._digest = None
 
     def seal(self):
@@ -136,8 +153,9 @@ class Encoded:
                 h.update(chunk)
         trailer = check.digest()
         h.update(trailer)
-        self.parts.append(trailer)
-        self._digest = "sha256:" + h.hexdigest()
+        tag = h.digest()
+        self.parts += [trailer, tag]
+        self._digest = "sha256:" + tag.hex()
         return self._digest
 
     hash = seal
@@ -147,34 +165,83 @@ class Encoded:
         return self._digest or self.hash()
 
 
-def parse(buf):
+def parse(buf, digest=None):
     """``(codec, meta, buffers)`` from an object's bytes, verified; raises ``Damaged``.
 
-    The buffers are views into ``buf`` (no copy)."""
+    With ``digest``, also proves the bytes are that object's (``NotThisObject``
+    if not). The header is checked against the bytes present before anything
+    it declares is looked at. The buffers are views into ``buf`` (no copy)."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
     size = view.nbytes
-    if size < 8 + TRAILER:
-        raise Damaged(f"truncated: {size} bytes, shorter than any object")
-    if view[:4] != MAGIC:
-        raise Damaged("not a somatize object (its first bytes are not SMZ1)")
-    if xxhash.xxh3_128(view[: size - TRAILER]).digest() != view[size - TRAILER :]:
+    magic, length, body = _frame(view[:8], size)
+    codec, meta, sizes, ends = _layout(view[8 : 8 + length], length, body)
+    if digest is not None:
+        if magic == MAGIC:
+            if bytes(view[body + TRAILER :]) != bytes.fromhex(digest[7:]):
+                raise NotThisObject(f"it holds the bytes of object sha256:{bytes(view[body + TRAILER:]).hex()}")
+        elif "sha256:" + hashlib.sha256(view).hexdigest() != digest:  # version 1: no digest inside
+            raise NotThisObject("it holds another object's bytes: the file does not hash to its name")
+    if xxhash.xxh3_128(view[:body]).digest() != view[body : body + TRAILER]:
         raise Damaged("its bytes do not match their checksum: damaged or truncated")
-    (length,) = struct.unpack("<I", view[4:8])
+    return codec, meta, [view[at : at + n] for at, n in zip(ends, sizes)]
+
+
+def check_head(fd, size):
+    """Raise ``Damaged`` unless the object file open as ``fd`` holds the
+    ``size`` bytes its header declares: read before a file is mapped, so a
+    huge or sparse file is refused without being read."""
+    first = os.pread(fd, 8, 0)
+    _, length, body = _frame(first, size)
+    _layout(os.pread(fd, length, 8), length, body)
+
+
+def _frame(first, size):
+    """``(magic, header length, where the checksum starts)`` from the first 8 bytes."""
+    magic = bytes(first[:4])
+    if size >= 4 and magic not in (MAGIC, MAGIC_V1):
+        raise Damaged("not a somatize object (its first bytes are not SMZ2)")
+    tail = TRAILER + (TAG if magic == MAGIC else 0)
+    if size < 8 + tail:
+        raise Damaged(f"truncated: {size} bytes, shorter than any object")
+    (length,) = struct.unpack("<I", first[4:8])
+    body = size - tail
+    if 8 + length > body:
+        raise Damaged(f"its header says it is {length:,} bytes long; the file holds {size:,}")
+    return magic, length, body
+
+
+def _layout(header, length, body):
+    """``(codec, meta, sizes, offsets)`` from the header, checked to describe
+    exactly ``body`` bytes (every count and size bounded by them)."""
     try:
-        header = orjson.loads(view[8 : 8 + length])
+        header = orjson.loads(header)
         codec, meta, sizes = header["codec"], header["meta"], header["sizes"]
-        if not isinstance(codec, str) or not all(type(n) is int and n >= 0 for n in sizes):
+        if not isinstance(codec, str) or not isinstance(sizes, list):
+            raise TypeError
+        if len(sizes) > MAX_BUFFERS:
+            raise Damaged(f"its header declares {len(sizes):,} buffers; an object holds at most {MAX_BUFFERS:,}")
+        if not all(type(n) is int and 0 <= n <= body for n in sizes):
             raise TypeError
     except (orjson.JSONDecodeError, KeyError, TypeError):
         raise Damaged("its header is not an object header") from None
     offset = 8 + length + _padding(8 + length)
-    buffers = []
-    for n in sizes:
-        buffers.append(view[offset : offset + n])
+    ends = []
+    for n in sizes:  # Python ints: no sum overflows
+        ends.append(offset)
         offset += n + _padding(n)
-    if offset + TRAILER != size:
-        raise Damaged(f"its header describes {offset + TRAILER} bytes, the file holds {size}")
-    return codec, meta, buffers
+        if offset > body:
+            break
+    if offset != body:
+        raise Damaged(f"its header describes {'more than ' if offset > body else ''}{offset:,} bytes "
+                      f"before the checksum; the file holds {body:,}")
+    return codec, meta, sizes, ends
+
+
+def digest_in(buf):
+    """The digest the bytes of an object hash to (for ``check``)."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    whole = view if bytes(view[:4]) != MAGIC else view[: max(0, view.nbytes - TAG)]
+    return "sha256:" + hashlib.sha256(whole).hexdigest()
 
 
 # ---- structured values -------------------------------------------------------
@@ -303,8 +370,9 @@ def _leaf(codec, v, leaves):
     return ["r", leaves.setdefault(id(v), (v, leaf))[1]]
 
 
-def build(tree, fetch, depth=0):
-    """The value a manifest's tree stands for; ``fetch(digest)`` decodes a leaf."""
+def build(tree, fetch, decode, depth=0):
+    """The value a manifest's tree stands for; ``fetch(digest)`` gives a leaf,
+    ``decode(codec, meta, buffers)`` decodes an inline one."""
     if depth > MAX_DEPTH:  # never written by keep; a hostile manifest must not recurse away
         raise Damaged(f"its tree is nested more than {MAX_DEPTH} levels deep")
     if not isinstance(tree, list):
@@ -315,25 +383,28 @@ def build(tree, fetch, depth=0):
         raise Damaged("its tree holds an untagged list")
     tag, rest = tree[0], tree[1:]
     if tag == "l":
-        return [build(x, fetch, depth + 1) for x in rest]
+        return [build(x, fetch, decode, depth + 1) for x in rest]
     if tag == "t":
-        return tuple(build(x, fetch, depth + 1) for x in rest)
+        return tuple(build(x, fetch, decode, depth + 1) for x in rest)
     if tag == "d" and len(rest) % 2 == 0 and all(type(k) is str for k in rest[::2]):
-        return {k: build(x, fetch, depth + 1) for k, x in zip(rest[::2], rest[1::2])}
+        return {k: build(x, fetch, decode, depth + 1) for k, x in zip(rest[::2], rest[1::2])}
     if tag == "i" and len(rest) == 1 and type(rest[0]) is str:
-        return int(rest[0])
+        try:
+            return int(rest[0])
+        except ValueError:  # not decimal, or more digits than Python converts
+            raise Damaged(f"its tree holds an int that is not one ({rest[0]!r:.40})") from None
     if tag == "f" and rest in (["nan"], ["inf"], ["-inf"]):
         return float(rest[0])
     if tag == "r" and len(rest) == 1 and type(rest[0]) is str:
         return fetch(rest[0])
-    if tag == "b" and len(rest) == 3 and isinstance(rest[2], list):
+    if tag == "b" and len(rest) == 3 and type(rest[0]) is str and isinstance(rest[2], list):
         name, meta, encoded = rest
         try:
             buffers = [memoryview(bytearray(base64.b64decode(s, validate=True))) for s in encoded]
         except (ValueError, TypeError):
             raise Damaged("its tree holds an inline leaf that is not base64") from None
-        return codec_named(name).decode(meta, buffers)
-    raise Damaged(f"its tree holds an unknown node tagged {tag!r}")
+        return decode(name, meta, buffers)
+    raise Damaged(f"its tree holds an unknown node tagged {tag!r:.40}")
 
 
 def references(tree):

@@ -4,7 +4,7 @@ that point at them.
 The rule kept here: nothing is ever half written. Every file is written to
 ``tmp/``, flushed to disk, then renamed into place, and the folder that holds
 it is flushed before anything points at it: an object before the manifest that
-references it, a manifest before the name (helpers in ``files.py``). A crash
+references it, a manifest before the name (``writer.py``, ``files.py``). A crash
 at any moment leaves whatever was visible before, plus at most some files in
 ``tmp/`` (harmless: ``check`` ignores them and opening a store sweeps those
 over an hour old). Several processes may keep into one store at once: objects
@@ -13,7 +13,8 @@ bytes onto one name.
 
 Layout (see docs/ARCHITECTURE.md)::
 
-    SOMATIZE              marker: {"format": 1}
+    SOMATIZE              marker: {"format": 2}; a store of format 1 (objects
+                          SMZ1 only) is read, and marked 2 when written into
     objects/ab/<62 hex>   immutable objects (format in objects.py), read-only
     names/<name>          a ref: the text "sha256:<64 hex>"; a name may hold "/"
     runs/                 the record's (not touched here)
@@ -23,43 +24,71 @@ A name and a folder of names cannot share a path (as in git): with
 ``"a/b"`` kept, ``"a"`` is refused, and the other way round.
 
 Reading verifies every object against its checksum, so damage raises
-``DamagedError`` and never returns torn or flipped bytes; an object under
-1 MiB is also re-hashed against its name (a whole file copied over another is
-refused); ``check`` (``check.py``) re-hashes every object with sha256. Large objects are read by mapping the file
-copy-on-write: no copy, and the returned arrays are writable without touching
-the file. This leans on objects being immutable, which the store guarantees
-for its own writes.
+``DamagedError`` and never returns torn or flipped bytes. A recall returns
+exactly what was kept under that digest, or raises: an object's last 32 bytes
+repeat its digest (format in objects.py), and the reader compares them with
+the name it asked for, so a whole file copied over another (which passes its
+own checksum) is refused at no cost. Why that, and not an xxh3 seeded with the
+digest: the digest covers the checksum, so a seeded checksum could only be
+computed after a second pass over the bytes once sha256 is done, slowing every
+large keep; the repeated digest is appended after the one pass. It proves
+identity against accidents (a copy, a mix-up), not against forgery: a forger
+can write any bytes; ``check`` (``check.py``) re-hashes every object with
+sha256, and an object under 1 MiB is re-hashed on every recall too (costs
+microseconds). Large objects are read by mapping the file copy-on-write: no
+copy, and the returned arrays are writable without touching the file. This
+leans on objects being immutable, which the store guarantees for its own writes.
+
+A leaf referenced many times by one manifest is read and decoded once, and
+the references share the one value (as they share one object).
+
+Hostile by default: below the root nothing is followed (no link, out or in),
+only regular files are read, each of a size its format allows, and a FIFO
+never blocks (``files.py``); what is not what the store writes raises
+``DamagedError`` naming the path, and ``check`` lists it. Decoding errors are
+told apart: a built-in codec's refusal is damage, a user codec's exception is
+a ``CodecError`` naming that codec (the bytes passed their checksum).
+
+Names are normalised to Unicode NFC on keep, lookup and recall (names.py).
 
 ``Store(path, readonly=True)`` opens an existing store and writes nothing at
 all, not even on opening: for reading a store one cannot (or must not) change.
+``direct_io`` says whether objects of 8 MiB or more are written around the
+page cache (writer.py says why it is a switch).
+
+If the store's folders vanish while it is open (a notebook deleting a cache
+folder, or the whole store), the next write makes them again.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
+import errno
 import os
 import secrets
-import threading
+import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
 
 from . import files as _files
 from .._base.codecs import codec_named
-from .._base.errors import DamagedError, SomatizeError, StoreNotWritable, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from .names import DIGEST, name_of, name_problem, run_names
-from .objects import TREE, Damaged, build, parse, split
+from .._base.errors import (CodecError, DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError,
+                            SomatizeValueError, StoreNotWritable)
 from .check import check as _check
+from .files import MAP_AT, FileInTheWay, Refused
+from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root
+from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, split
+from .writer import Writer, direct_io_default
 
-FORMAT = 1
-_OWN = {"SOMATIZE", "objects", "names", "runs", "tmp"}
-_HASH_WHILE_WRITING = 1 << 20  # bytes; below this a thread costs more than it saves
+FORMAT = 2  # its objects may be SMZ2, which a reader of format 1 would call damaged
+_READS = (1, 2)
+_OWN = {MARKER, "objects", "names", "runs", "tmp"}
 _STALE_TMP_S = 3600
-_WRITERS = 8  # threads writing the leaves of one value
 _CLOSE_AMONG = 5000  # names compared when suggesting close ones
+_SMALL_FILE = 1024  # the most bytes a marker or a ref may hold (a ref is 71)
+_opened = {}  # (root, readonly) -> Store: as_store opens a path once per process
 
 
 def digest_of(value):
@@ -67,22 +96,24 @@ def digest_of(value):
     return split(value).top().digest
 
 
-def as_store(store_or_path):
-    """``store=`` arguments: a ``Store``, or a path to one."""
+def as_store(store_or_path, readonly=False):
+    """The one reading of ``store=`` arguments: a ``Store`` as it is, or a path
+    to one, opened once per process (a Store heals folders deleted under it)."""
     if isinstance(store_or_path, Store):
         return store_or_path
     if isinstance(store_or_path, (str, os.PathLike)):
-        return Store(store_or_path)
-    raise SomatizeTypeError(
-        f"store= takes a Store or a path to one; got {type(store_or_path).__name__} "
-        f"{store_or_path!r:.60}. Write store=Store(\"path/to/store\") or store=\"path/to/store\"."
-    )
+        key = (os.path.abspath(os.path.expanduser(os.fspath(store_or_path))), bool(readonly))
+        found = _opened.get(key)
+        if found is None:
+            found = _opened[key] = Store(key[0], readonly=readonly)
+        return found
+    return store_root(store_or_path)  # neither: raises, naming what store= takes
 
 
 class Store:
     """A folder that keeps values under names; see the module docstring."""
 
-    def __init__(self, path, readonly=False):
+    def __init__(self, path, readonly=False, direct_io=None):
         if not isinstance(path, (str, os.PathLike)):
             raise SomatizeTypeError(
                 f"Store(path) takes a folder path (str or pathlib.Path); got "
@@ -91,13 +122,21 @@ class Store:
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.readonly = bool(readonly)
         self._tmp = self.path / "tmp"
-        self._objects = self.path / "objects"
         self._names = self.path / "names"
+        self._writer = Writer(self.path, direct_io_default() if direct_io is None else bool(direct_io))
         if self.readonly:
             self._open_to_read()
             return
+        self._open()
+
+    def __repr__(self):
+        return f"Store({str(self.path)!r}{', readonly=True' if self.readonly else ''})"
+
+    # ---- opening ---------------------------------------------------------------
+
+    def _open(self):
         try:
-            self._open()
+            self._make()
         except PermissionError as e:
             if isinstance(e, SomatizeError):
                 raise
@@ -107,12 +146,7 @@ class Store:
                 "store, open it with Store(path, readonly=True))."
             ) from None
 
-    def __repr__(self):
-        return f"Store({str(self.path)!r}{', readonly=True' if self.readonly else ''})"
-
-    # ---- opening ---------------------------------------------------------------
-
-    def _open(self):
+    def _make(self):
         root = self.path
         if root.exists() and not root.is_dir():
             raise SomatizeValueError(
@@ -127,21 +161,21 @@ class Store:
                 f"Store({str(root)!r}) cannot be created: {str(blocker)!r} is a file, not a "
                 "folder. Pass a path whose parents are folders."
             ) from None
-        marker = root / "SOMATIZE"
-        if not marker.exists():
+        has_marker = os.path.lexists(root / MARKER)
+        if not has_marker:
             # hidden files (.ipynb_checkpoints, .DS_Store) do not make a folder someone's
             strangers = sorted(n for n in set(os.listdir(root)) - _OWN if not n.startswith("."))
             if strangers:
                 raise SomatizeValueError(
                     f"Store({str(root)!r}): that folder already holds files of its own "
                     f"({', '.join(strangers[:3])}{', …' if len(strangers) > 3 else ''}) and no "
-                    f"SOMATIZE marker, so it is not a store, and a store is not made among "
+                    f"{MARKER} marker, so it is not a store, and a store is not made among "
                     f"someone else's files. Pass a new or empty folder, e.g. "
                     f"Store({str(root / 'store')!r})"
                 )
         try:
-            for d in (self._tmp, self._objects, self._names):
-                d.mkdir(exist_ok=True)
+            for d in ("tmp", "objects", "names"):
+                self._folder((d,))
             probe = self._tmp / f"probe-{os.getpid()}-{secrets.token_hex(4)}"
             probe.write_bytes(b"")
             probe.unlink()
@@ -151,45 +185,51 @@ class Store:
                 f"{str(self._tmp)!r}). Pass a folder you can write to, or fix its permissions "
                 "(to only read an existing store, open it with Store(path, readonly=True))."
             ) from None
-        if marker.exists():
-            self._read_marker(marker)
-        else:
-            _files.write_file(self._tmp, marker, orjson.dumps({"format": FORMAT}))
-        self._sweep_tmp()
+        if not has_marker or self._read_marker() != FORMAT:
+            # a store of format 1 is about to hold objects an older somatize
+            # cannot read: say so in the marker, so that it refuses the store
+            # ("upgrade somatize") instead of calling those objects damaged
+            _files.write_file(self._tmp, root / MARKER, orjson.dumps({"format": FORMAT}))
+        _files.sweep(root, ("tmp",), time.time() - _STALE_TMP_S)
+
+    def _folder(self, parts):
+        """Make ``root/parts…`` (folders), following no link; the folders changed."""
+        try:
+            return _files.ensure_dirs(self.path, parts)
+        except Refused as e:
+            where = self.path.joinpath(*parts)
+            raise DamagedError(
+                f"{str(where)!r} (or a folder above it in the store) is {e}; a store holds "
+                f"only its own folders there and follows no link out. Remove it from "
+                f"{str(self.path)!r} (the store makes it again)."
+            ) from None
 
     def _open_to_read(self):
-        marker = self.path / "SOMATIZE"
-        if not marker.is_file():
-            what = "no such folder" if not self.path.exists() else "no SOMATIZE marker in it"
+        if not os.path.lexists(self.path / MARKER):
+            what = "no such folder" if not self.path.exists() else f"no {MARKER} marker in it"
             raise SomatizeValueError(
                 f"Store({str(self.path)!r}, readonly=True): not a store ({what}). A read-only "
                 "store must exist already: pass the folder a Store(path) made, or drop "
                 "readonly=True to make one there."
             )
-        self._read_marker(marker)
+        self._read_marker()
 
-    def _read_marker(self, marker):
+    def _read_marker(self):
+        marker = self.path / MARKER
         try:
-            fmt = orjson.loads(marker.read_bytes())["format"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            fmt = orjson.loads(_files.read_regular(self.path, (MARKER,), _SMALL_FILE).tobytes())["format"]
+        except (Refused, OSError, orjson.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+            why = f" (it is {e})" if isinstance(e, Refused) else ""
             raise DamagedError(
-                f"{str(marker)!r} is not a store marker; it should hold {{\"format\": {FORMAT}}}. "
-                "Rewrite it so, or open a different folder."
+                f"{str(marker)!r} is not a store marker{why}; it should be a file holding "
+                f"{{\"format\": {FORMAT}}}. Rewrite it so, or open a different folder."
             ) from None
-        if fmt != FORMAT:
+        if fmt not in _READS or type(fmt) is not int:
             raise SomatizeValueError(
-                f"{str(self.path)!r} is a store of format {fmt!r}; this somatize reads format "
-                f"{FORMAT}. Upgrade somatize to open it."
+                f"{str(self.path)!r} is a store of format {fmt!r:.40}; this somatize reads formats "
+                f"{' and '.join(map(str, _READS))}. Upgrade somatize to open it."
             )
-
-    def _sweep_tmp(self):
-        cutoff = time.time() - _STALE_TMP_S
-        for entry in os.scandir(self._tmp):
-            try:
-                if entry.stat().st_mtime < cutoff:
-                    os.unlink(entry.path)
-            except OSError:
-                pass  # another process swept it first
+        return fmt
 
     def _refuse_if_readonly(self, call):
         if self.readonly:
@@ -203,18 +243,37 @@ class Store:
     def _ref_path(self, name):
         problem = name_problem(name)
         if problem:
-            raise SomatizeValueError(f"the name {name!r} is not allowed: {problem}")
+            raise SomatizeValueError(f"the name {name!r:.300} is not allowed: {problem}")
         return self._names.joinpath(*name.split("/"))
 
     def lookup(self, name):
         """The digest ``name`` points at, or None when there is no such name."""
         if not isinstance(name, str) or name_problem(name):
             return None
+        found = self._read_ref(normal(name))
+        if found is None and normal(name) != name:  # kept before names were normalised
+            found = self._read_ref(name)
+        return found
+
+    def _read_ref(self, name):
         path = self._names.joinpath(*name.split("/"))
         try:
-            text = path.read_bytes().decode("ascii", "replace").strip()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raw = _files.read_regular(self.path, ("names", *name.split("/")), _SMALL_FILE)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except Refused as e:
+            if e.kind in ("a folder", "a file"):
+                return None  # a folder of names, or a name where this one's folder would be
+            raise DamagedError(
+                f"the ref {str(path)!r} (name {name!r}) is {e}; the store writes only small files "
+                "there. Delete it, then keep the name again."
+            ) from None
+        except OSError as e:
+            raise DamagedError(
+                f"the ref {str(path)!r} (name {name!r}) cannot be read ({e.strerror}); fix its "
+                "permissions, or delete it and keep the name again."
+            ) from None
+        text = raw.tobytes().decode("ascii", "replace").strip()
         if not DIGEST.fullmatch(text):
             raise DamagedError(
                 f"the ref {str(path)!r} (name {name!r}) does not hold a digest. Keep the name "
@@ -223,15 +282,16 @@ class Store:
         return text
 
     def names(self, prefix=""):
-        """Every name, sorted; only those starting with ``prefix`` when given."""
-        found = []
-        for folder, dirs, files in os.walk(self._names):
-            rel = os.path.relpath(folder, self._names).replace(os.sep, "/")
-            for f in files:
-                name = f if rel == "." else f"{rel}/{f}"
-                if name.startswith(prefix):
-                    found.append(name)
-        return sorted(found)
+        """Every name, sorted; only those starting with ``prefix`` when given.
+        Only regular files under ``names/`` are names: links are not followed."""
+        if not isinstance(prefix, str):
+            raise SomatizeTypeError(
+                f"names(prefix=) takes a str; got {type(prefix).__name__} {prefix!r:.60}. "
+                f'Write store.names("a-run/") or store.names()'
+            )
+        prefix = normal(prefix)
+        found = ("/".join(parts) for parts in _files.walk_files(self.path, ("names",)))
+        return sorted(n for n in found if n.startswith(prefix))
 
     def runs(self):
         """The names of the runs recorded here, sorted; their summaries and
@@ -240,14 +300,15 @@ class Store:
 
     def link(self, name, digest):
         """Point ``name`` at an object already in the store."""
-        self._refuse_if_readonly(f"link({name!r}, …)")
+        self._refuse_if_readonly(f"link({name!r:.300}, …)")
+        name = normal(name)
         path = self._ref_path(name)
         if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise SomatizeValueError(
                 f"link({name!r}, {digest!r:.80}): a digest is \"sha256:\" and 64 lowercase hex "
                 "digits, as keep() and put() return"
             )
-        if not self._object_path(digest).exists():
+        if not self._has_object(digest):
             raise SomatizeKeyError(
                 f"link({name!r}, {digest!r}): no such object in {self!r}. Keep the value "
                 "first with store.put(value), which returns its digest."
@@ -255,22 +316,26 @@ class Store:
         self._write_ref(name, path, digest)
 
     def _write_ref(self, name, path, digest):
+        parts = name.split("/")
         try:
-            made = _files.make_dirs(path.parent, self._names)
-        except (FileExistsError, NotADirectoryError):
-            taken = next((p for p in reversed(path.parents) if p.is_file()), path.parent)
+            made = _files.ensure_dirs(self.path, ("names", *parts[:-1]))
+        except FileInTheWay as e:
+            taken = name_of(e.filename or path.parent, self._names)
+            if taken.startswith("."):  # names/ itself is a file
+                raise DamagedError(
+                    f"cannot keep the name {name!r}: {str(self._names)!r} is a file, where the "
+                    "store's folder of names belongs. Move that file away."
+                ) from None
             raise SomatizeValueError(
-                f"cannot keep the name {name!r}: {name_of(taken, self._names)!r} is already a "
-                f"name, and a name cannot also be a folder of names. Pick another name, e.g. "
-                f"{name.replace('/', '-')!r}"
+                f"cannot keep the name {name!r}: {taken!r} is already a name, and a name cannot "
+                f"also be a folder of names. Pick another name, e.g. {name.replace('/', '-')!r}"
             ) from None
-        inside = os.path.realpath(self._names) + os.sep
-        if not os.path.realpath(path.parent).startswith(inside) and path.parent != self._names:
-            # a folder under names/ that links elsewhere: never write outside the store
+        except Refused as e:
             raise DamagedError(
-                f"cannot keep the name {name!r}: {str(path.parent)!r} leads outside the store "
-                f"(a link). Remove that link from {str(self._names)!r}."
-            )
+                f"cannot keep the name {name!r}: a folder on its way under {str(self._names)!r} "
+                f"is {e}. Remove it from the store (the store never writes through a link)."
+            ) from None
+        self._folder(("tmp",))  # still a folder of this store, not a link out
         try:
             _files.write_file(self._tmp, path, digest.encode(), sync_dirs=made)
         except IsADirectoryError:
@@ -282,32 +347,50 @@ class Store:
     # ---- values ----------------------------------------------------------------
 
     def keep(self, name, value):
-        """Keep ``value`` under ``name``; returns its digest ``"sha256:…"``."""
-        self._refuse_if_readonly(f"keep({name!r}, …)")
+        """Keep ``value`` under ``name`` (in NFC); returns its digest ``"sha256:…"``."""
+        self._refuse_if_readonly(f"keep({name!r:.300}, …)")
+        name = normal(name)
         path = self._ref_path(name)
         digest = self.put(value)
-        self._write_ref(name, path, digest)
+        self._healing(lambda: self._write_ref(name, path, digest), f"keep({name!r}, …)")
         return digest
 
     def put(self, value):
         """Keep ``value`` without a name; returns its digest."""
         self._refuse_if_readonly("put(…)")
         parts = split(value)
-        leaves = parts.leaves
-        dirs = set()
-        if len(leaves) > 1:
-            # each fsync waits on the disk; waiting in parallel lets the
-            # filesystem commit many files at once
-            with ThreadPoolExecutor(min(_WRITERS, len(leaves))) as pool:
-                for made in pool.map(lambda leaf: self._write_object(leaf, sync_dir=False), leaves):
-                    dirs |= made
-        elif leaves:
-            dirs = self._write_object(leaves[0], sync_dir=False)
-        for d in dirs:  # leaves reach the disk before the manifest naming them
-            _files.sync_dir(d)
-        top = parts.top()
-        self._write_object(top)
-        return top.digest
+
+        def write():
+            self._folder(("tmp",))  # still a folder of this store, not a link out
+            return self._writer.put(parts)
+
+        return self._healing(write, "put(…)")
+
+    def _healing(self, write, call):
+        """Run ``write``; where the store's folders were deleted under it, make
+        them again and run it once more (writing is idempotent)."""
+        for attempt in (1, 2):
+            try:
+                return write()
+            except FileNotFoundError as e:
+                if attempt == 2:
+                    raise DamagedError(
+                        f"{call}: {e.filename!r} vanished while writing into {self!r}, twice; "
+                        "something deletes the store's folders as it writes. Stop it, then keep again."
+                    ) from None
+                self._open()
+            except Refused as e:
+                raise DamagedError(
+                    f"{call}: a folder of {self!r} is {e}. Remove it from the store (the store "
+                    "never writes through a link); `somatize check` lists what does not belong."
+                ) from None
+            except OSError as e:
+                if e.errno == errno.ENAMETOOLONG:
+                    raise SomatizeValueError(
+                        f"{call}: the name is too long for this filesystem ({e.strerror}); shorten it "
+                        "(each part between '/' at most 255 bytes, the whole at most 1024)"
+                    ) from None
+                raise
 
     def digest_of(self, value):
         """The digest ``put(value)`` would return; writes nothing."""
@@ -327,30 +410,58 @@ class Store:
                     f"recall({key!r:.80}): a digest is \"sha256:\" and 64 lowercase hex digits"
                 )
             digest, name = key, None
-            if not self._object_path(digest).exists():
+            if not self._has_object(digest, lstat_only=True):
                 raise SomatizeKeyError(f"no object {digest} in {self!r}; store.names() lists what is kept")
         else:
             self._ref_path(key)
-            digest, name = self.lookup(key), key
+            digest, name = self.lookup(key), normal(key)
             if digest is None:
-                raise SomatizeKeyError(self._unknown(key))
+                raise SomatizeKeyError(self._unknown(name))
         codec, meta, buffers = self._read(digest, name)
         if codec != TREE:
-            return codec_named(codec).decode(meta, buffers)
+            return self._decode(codec, meta, buffers, self._what(digest, name))
+        if not isinstance(meta, dict) or "tree" not in meta:
+            raise DamagedError(f"{self._what(digest, name)} is damaged: a manifest without a tree. {_FIX}")
+        what = self._what(digest, name)
+        leaves = {}  # digest -> value: a leaf referenced again is not read again
+
+        def fetch(leaf):
+            if leaf not in leaves:
+                leaves[leaf] = self._recall_leaf(leaf, digest, name)
+            return leaves[leaf]
+
         try:
-            return build(meta["tree"], lambda leaf: self._recall_leaf(leaf, digest, name))
+            return build(meta["tree"], fetch, lambda c, m, b: self._decode(c, m, b, what))
         except Damaged as e:
-            raise DamagedError(f"{self._what(digest, name)} is damaged: {e}. {_FIX}") from None
-        except (KeyError, TypeError):
-            raise DamagedError(f"{self._what(digest, name)} is damaged: a manifest without a tree. {_FIX}") from None
+            raise DamagedError(f"{what} is damaged: {e}. {_FIX}") from None
 
     def _recall_leaf(self, leaf, manifest, name):
-        if not isinstance(leaf, str) or not DIGEST.fullmatch(leaf):
+        if not DIGEST.fullmatch(leaf):
             raise Damaged(f"it references {leaf!r:.80}, which is not a digest")
         codec, meta, buffers = self._read(leaf, name, part_of=manifest)
         if codec == TREE:
             raise Damaged(f"it references another manifest {leaf}")
-        return codec_named(codec).decode(meta, buffers)
+        return self._decode(codec, meta, buffers, self._what(leaf, name, manifest))
+
+    def _decode(self, codec_name, meta, buffers, what):
+        """A codec's decode, its failure told apart: damage, or the codec's own."""
+        if not isinstance(codec_name, str):
+            raise DamagedError(f"{what} is damaged: it names no codec. {_FIX}")
+        try:
+            codec = codec_named(codec_name)
+        except SomatizeValueError as e:
+            raise SomatizeValueError(f"{what} cannot be read: {e}") from None
+        try:
+            return codec.decode(meta, buffers)
+        except Exception as e:
+            if getattr(codec, "raises_on_damage", False):
+                raise DamagedError(f"{what} is damaged: {e}. {_FIX}") from e
+            raise CodecError(
+                f"the codec named {codec_name!r} raised {type(e).__name__} while decoding {what}: "
+                f"{e}. The object's bytes are whole (they match their checksum): the fault is "
+                "in that codec's decode, not in the store. Fix its decode (or register the "
+                "codec that wrote the object) and recall again; the store needs no repair."
+            ) from e
 
     def _unknown(self, name):
         known = self.names()
@@ -368,96 +479,47 @@ class Store:
         return what + (f", kept as {name!r}," if name else "")
 
     def _read(self, digest, name, part_of=None):
-        path = self._object_path(digest)
         try:
-            buf = _files.read_file(path)
-        except FileNotFoundError:
+            buf = _files.read_regular(self.path, ("objects", digest[7:9], digest[9:]), head=check_head)
+        except Damaged as e:
+            raise DamagedError(f"{self._what(digest, name, part_of)} is damaged: {e}. {_FIX}") from None
+        except (FileNotFoundError, NotADirectoryError):
             raise DamagedError(
                 f"{self._what(digest, name, part_of)} is missing from the store. {_FIX}"
             ) from None
+        except Refused as e:
+            raise DamagedError(
+                f"{self._what(digest, name, part_of)} is {e}, not an object the store wrote "
+                f"(nothing is followed or read there). {_FIX}"
+            ) from None
+        except OSError as e:
+            raise DamagedError(
+                f"{self._what(digest, name, part_of)} cannot be read ({e.strerror}). {_FIX}"
+            ) from None
         try:
-            parsed = parse(buf)
+            parsed = parse(buf, digest)
+            # An object under 1 MiB is re-hashed too: microseconds, and proof
+            # against more than accidents (see the module docstring).
+            if len(buf) < MAP_AT and digest_in(buf) != digest:
+                raise NotThisObject("the file does not hash to its name")
+        except NotThisObject as e:
+            raise DamagedError(
+                f"{self._what(digest, name, part_of)} holds another object's bytes ({e}). {_FIX}"
+            ) from None
         except Damaged as e:
             raise DamagedError(f"{self._what(digest, name, part_of)} is damaged: {e}. {_FIX}") from None
-        # The checksum proves the bytes whole, not that they are the object
-        # this name means (a file copied over another). A small object is
-        # re-hashed too, which costs microseconds; a large one relies on its
-        # checksum (sha256 would cap recall at ~1.8 GB/s) and on `check`.
-        if len(buf) < _files.MAP_AT and "sha256:" + hashlib.sha256(buf).hexdigest() != digest:
-            raise DamagedError(
-                f"{self._what(digest, name, part_of)} holds another object's bytes: the file "
-                f"does not hash to its name. {_FIX}"
-            )
         return parsed
 
-    # ---- writing objects ---------------------------------------------------------
-
     def _object_path(self, digest):
-        hexes = digest[7:]
-        return self._objects / hexes[:2] / hexes[2:]
+        return self._writer.path_of(digest)
 
-    def _write_object(self, obj, sync_dir=True):
-        """Write ``obj`` unless already there; the folders left to flush."""
-        if obj.size < _HASH_WHILE_WRITING or obj._digest is not None:
-            path = self._object_path(obj.digest)
-            if _files.has_size(path, obj.size):  # one of another size is truncated: replaced
-                return set()
-            return self._rename(_files.write_temp(self._tmp, obj.parts, 0o444), path, sync_dir)
-        # Large: hash in a thread (hashlib lets go of the GIL) while the bytes
-        # go to a temp file and to disk; the name is only known once both are
-        # done. A copy that turns out to exist already cost a write, not a read.
-        body = list(obj.parts)  # seal() appends the trailer once it is known
-        hasher = threading.Thread(target=obj.seal)
-        hasher.start()
-        tmp = None
-        if obj.size >= _files.DIRECT_AT:
-            def parts():
-                yield from body
-                hasher.join()
-                yield from obj.parts[len(body):]
-
-            try:
-                tmp = _files.write_temp_direct(self._tmp, parts(), 0o444)
-            finally:
-                hasher.join()
-        if tmp is None:
-            tmp = self._write_temp_beside(obj, body, hasher)
-        path = self._object_path(obj.digest)
-        if _files.has_size(path, obj.size):  # another writer placed it meanwhile, or it was there
-            _files.unlink(tmp)
-            return set()
-        return self._rename(tmp, path, sync_dir)
-
-    def _write_temp_beside(self, obj, body, hasher):
-        """The temp file of a large object written while ``hasher`` seals it."""
-        tmp, fd = _files.new_temp(self._tmp, 0o444)
+    def _has_object(self, digest, lstat_only=False):
+        """An object file is there (a regular file, reached without a link)."""
         try:
-            try:
-                _files.write_all(fd, body)
-            finally:
-                hasher.join()
-            _files.write_all(fd, obj.parts[len(body):])
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _files.unlink(tmp)
-            raise
-        os.close(fd)
-        return tmp
-
-    def _rename(self, tmp, path, sync_dir):
-        try:
-            made = _files.make_dirs(path.parent, self._objects)
-        except BaseException:
-            _files.unlink(tmp)
-            raise
-        _files.replace(tmp, path)
-        dirs = {path.parent, *made}
-        if sync_dir:
-            for d in dirs:
-                _files.sync_dir(d)
-            return set()
-        return dirs
+            st = _files.lstat_in(self.path, ("objects", digest[7:9], digest[9:]))
+        except (OSError, Refused):
+            return False
+        return lstat_only or stat.S_ISREG(st.st_mode)
 
     # ---- checking --------------------------------------------------------------
 
@@ -465,9 +527,12 @@ class Store:
         """Every problem in the store, one line each naming the path; [] when sound.
 
         Re-hashes every object with sha256, checks that every manifest's parts
-        and every name's object exist. Files in tmp/ are ignored: they are
-        writes a crash interrupted, never visible under a name."""
+        and every name's object exist, and lists whatever is not what the
+        store writes (links, FIFOs, devices, stray files). Files in tmp/ are
+        ignored: they are writes a crash interrupted, never visible under a
+        name. Never raises for what it finds on disk."""
         return _check(self)
+
 
 
 _FIX = (

@@ -42,18 +42,14 @@ LIVE_LOCK = threading.RLock()
 def store_root(store, create: bool = False) -> Path:
     """The root folder of a Store, or of a path naming one. Reading a path
     opens nothing and writes nothing (``Store(path)`` would make one)."""
-    if isinstance(store, (str, os.PathLike)) and not create:
-        root = Path(os.fspath(store)).expanduser().absolute()
-        if (root / "SOMATIZE").is_file():
-            return root
-        raise SomatizeValueError(
-            f"{str(root)!r} is not a somatize store (no SOMATIZE file in it): pass the "
-            f"folder a Store(path) or Recorder(path, ...) made"
-        )
+    from .._store.names import store_root as root_of
+
+    if not create:
+        return root_of(store)
     from .._store.store import StoreNotWritable, as_store
 
     store = as_store(store)
-    if create and store.readonly:
+    if store.readonly:
         raise StoreNotWritable(
             f"a Recorder writes into its store, and {store!r} was opened read-only: "
             f"write Recorder(Store({str(store.path)!r}), ...)"

@@ -70,6 +70,7 @@ class TensorCodec:
     name = "torch"
     types = (torch.Tensor,)
     explicit = True  # a bare tensor at an edge is refused: Opaque(t) or Data(t)
+    raises_on_damage = True  # decode refuses only what it did not write
 
     def encode(self, t):
         b = raw_bytes(t)
@@ -79,18 +80,24 @@ class TensorCodec:
         try:
             dtype = DTYPES[meta["dtype"]]
             shape = [int(n) for n in meta["shape"]]
+            if len(shape) > 64 or min(shape, default=0) < 0:
+                raise ValueError
         except (KeyError, TypeError, ValueError):
             raise SomatizeValueError(
                 f"a tensor header {meta!r:.200} is not one the torch codec wrote: it needs "
                 f"a dtype among {list(DTYPES)} and a shape (a list of ints)"
             ) from None
-        (buf,) = buffers
-        src = np.frombuffer(buf, dtype=np.uint8)
+        if len(buffers) != 1:
+            raise SomatizeValueError(
+                f"a tensor in the store holds {len(buffers)} buffers, not 1; the torch codec "
+                "writes one. The object is damaged or was not written by somatize: run store.check()."
+            )
+        src = np.frombuffer(buffers[0], dtype=np.uint8)
         itemsize = torch.empty((), dtype=dtype).element_size()
         count = 1
         for n in shape:
             count *= n
-        if count < 0 or src.size != count * itemsize:
+        if src.size != count * itemsize:
             raise SomatizeValueError(
                 f"a {meta['dtype']} tensor of shape {shape} needs {count * itemsize} bytes; "
                 f"its buffer holds {src.size}. The object is damaged: run store.check()."
