@@ -85,7 +85,8 @@ def hand_over(root):
 
 
 def sqlite_writes(root):
-    rows = [(i, f["fact"], f.get("node"), f.get("took_us"), f.get("value")) for i, step in enumerate(STEPS) for f in step]
+    rows = [(i, f["fact"], f.get("node"), f.get("took_us"), f.get("value"))
+            for i, step in enumerate(STEPS) for f in step]
     runs = iter(range(10**6))
 
     def once():
@@ -106,8 +107,10 @@ def main():
     print(f"facts per write run: {FACTS:,}")
     ours = recorder_writes(Path(root) / "store")
     anchor = sqlite_writes(root)
-    print(f"durable writes   : {ours / 1e6:.2f} M facts/s   (target >= 1.00)   sqlite executemany+commit: {anchor / 1e6:.2f} M rows/s   ratio {ours / anchor:.2f}x")
-    print(f"hand-over        : {hand_over(Path(root) / 'store') * 1e9:.0f} ns a fact on the caller's thread (recorder(fact), forward_began() shared by its forward)")
+    print(f"durable writes   : {ours / 1e6:.2f} M facts/s   (target >= 1.00)   "
+          f"sqlite executemany+commit: {anchor / 1e6:.2f} M rows/s   ratio {ours / anchor:.2f}x")
+    print(f"hand-over        : {hand_over(Path(root) / 'store') * 1e9:.0f} ns a fact on the caller's thread "
+          "(recorder(fact), forward_began() shared by its forward)")
 
     with Recorder(store, run="curve") as recorder:
         for i in range(100_000):
@@ -134,7 +137,8 @@ def main():
     cmd = [sys.executable, "-m", "somatize.cli", "runs", str(many.path)]
     whole = median_of(lambda: subprocess.run(cmd, capture_output=True, check=True), 5)
     bare = median_of(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), 5)
-    print(f"runs, 1,000 runs : {t * 1e3:.1f} ms in process   whole command {whole * 1e3:.0f} ms (python itself: {bare * 1e3:.0f} ms)   (target <= 200)")
+    print(f"runs, 1,000 runs : {t * 1e3:.1f} ms in process   whole command {whole * 1e3:.0f} ms "
+          f"(python itself: {bare * 1e3:.0f} ms)   (target <= 200)")
 
     wide = Store(Path(root) / "wide")
     names = [f"m{i:05d}" for i in range(40_000)]

@@ -48,7 +48,8 @@ def main():
     buffered = Store(folder / "buffered", direct_io=False)
     a = np.random.default_rng(0).random(8 * 1024 * 1024)  # 64 MiB
     size = a.nbytes
-    times = {k: [] for k in ("keep", "keep serial", "keep buffered", "recall buffered, first", "np.save+fsync", "recall, first", "recall", "np.load", "sha256", "write+fsync")}
+    times = {k: [] for k in ("keep", "keep serial", "keep buffered", "recall buffered, first", "np.save+fsync",
+                             "recall, first", "recall", "np.load", "sha256", "write+fsync")}
     cpu = []
 
     # every contender writes a new file each round, as keep writes a new object:
@@ -87,7 +88,7 @@ def main():
         # recall reads the disk; from the second on, the pages are cached
         times["recall, first"].append(timed(lambda: store.recall("big")))
         times["recall"].append(timed(lambda: store.recall("big")))
-        times["np.load"].append(timed(lambda: np.load(folder / f"baseline-{run}.npy")))
+        times["np.load"].append(timed(lambda run=run: np.load(folder / f"baseline-{run}.npy")))
         times["sha256"].append(timed(lambda: hashlib.sha256(memoryview(a).cast("B")).digest()))
         times["write+fsync"].append(timed(raw_write))
     assert np.array_equal(store.recall("big"), a)
@@ -101,8 +102,8 @@ def main():
     many = []
     for run in range(5):
         export = {f"layer{i}": {"w": rng.random(1000), "b": rng.random(40)} for i in range(100)}
-        many.append(timed(lambda: store.keep(f"export{run}", export)))
-    small_keep = [timed(lambda: store.keep("small", {**small, "step": i})) for i in range(RUNS)]
+        many.append(timed(lambda run=run, export=export: store.keep(f"export{run}", export)))
+    small_keep = [timed(lambda i=i: store.keep("small", {**small, "step": i})) for i in range(RUNS)]
 
     gbs = {k: size / statistics.median(v) / 1e9 for k, v in times.items()}
     out = sys.stdout
@@ -113,8 +114,10 @@ def main():
     out.write(f"keep   / its bound min(sha256, write+fsync) {floor:.2f}: {gbs['keep'] / floor:.2f}x\n")
     out.write(f"keep   / keep serial: {gbs['keep'] / gbs['keep serial']:.2f}x; "
               f"CPU seconds per keep {statistics.median(cpu):.3f} vs wall {statistics.median(times['keep']):.3f}\n")
-    out.write(f"keep   / target {TARGET_KEEP}: {gbs['keep'] / TARGET_KEEP:.2f}x; vs np.save+fsync {gbs['keep'] / gbs['np.save+fsync']:.2f}x\n")
-    out.write(f"recall / target {TARGET_RECALL}: {gbs['recall'] / TARGET_RECALL:.2f}x; vs np.load {gbs['recall'] / gbs['np.load']:.2f}x\n")
+    out.write(f"keep   / target {TARGET_KEEP}: {gbs['keep'] / TARGET_KEEP:.2f}x; "
+              f"vs np.save+fsync {gbs['keep'] / gbs['np.save+fsync']:.2f}x\n")
+    out.write(f"recall / target {TARGET_RECALL}: {gbs['recall'] / TARGET_RECALL:.2f}x; "
+              f"vs np.load {gbs['recall'] / gbs['np.load']:.2f}x\n")
     out.write(f"digest_of a small dict: {digest_small * 1e6:.1f} µs\n")
     out.write(f"keep of a small dict (durable): {statistics.median(small_keep) * 1e3:.2f} ms\n")
     out.write(f"keep of a 100-layer export (200 leaf objects + manifest): {statistics.median(many) * 1e3:.1f} ms\n")

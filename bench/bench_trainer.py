@@ -310,7 +310,8 @@ def interleaved(steps):
             print("where a step's time goes (µs, medians of each segment):")
             print(f"  {'segment':<10}" + "".join(f"{n:>18}" for n in names))
             for j, seg in enumerate(("batch", "forward", "objective", "loss value", "backward", "update", "facts")):
-                print(f"  {seg:<10}" + "".join(f"{statistics.median(x[j] for x in got[n][200:]) / 1000:>18.2f}" for n in names))
+                print(f"  {seg:<10}"
+                      + "".join(f"{statistics.median(x[j] for x in got[n][200:]) / 1000:>18.2f}" for n in names))
     rec.close()
 
 
@@ -329,7 +330,8 @@ def main():
     tmp = tempfile.mkdtemp()
     store = Store(os.path.join(tmp, "record"))
 
-    variants = {"raw": raw_loop(False), "raw+item": raw_loop(True), "trainer": trainer, "trainer+recorder": trainer_recorder}
+    variants = {"raw": raw_loop(False), "raw+item": raw_loop(True),
+                "trainer": trainer, "trainer+recorder": trainer_recorder}
     for name, log in () if args.trainer_only else (("lightning (off)", False), ("lightning (log)", True)):
         v = lightning_variant(log)
         if v is not None:

@@ -24,7 +24,8 @@ def _store_path(text: str) -> Path:
     try:
         store_root(path)
     except ValueError:
-        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); give the folder a Store(path) made") from None
+        raise _Usage(f"{text}: not a somatize store (no {MARKER} file in it); "
+                     "give the folder a Store(path) made") from None
     return path
 
 
@@ -88,7 +89,8 @@ def runs_table(path) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     right = {2, 3, *range(4, 4 + len(names))}
     out = [
-        "  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+        "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                  for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
         for line in lines
     ]
     if more:
@@ -105,13 +107,11 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
-    from ._base.errors import DamagedError
+    from ._base.errors import DamagedError, SomatizeError
     from ._store.check import count_objects
     from ._store.store import Store
     from .record._check import check_runs
     from .record._runs import run_names
-
-    from ._base.errors import SomatizeError
 
     path = Path(path)
     try:

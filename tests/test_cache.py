@@ -6,7 +6,6 @@ import pytest
 from somatize import Graph, Node, Opaque, Store, register_codec
 from somatize._graph.engine import set_weights
 
-
 CALLS = {}  # node -> runs; held by the node itself, so no id is ever reused
 
 

@@ -130,7 +130,8 @@ def test_the_commands_read_a_store_the_user_cannot_write(tmp_path):
         for p in [store.path, *store.path.rglob("*")]:
             p.chmod(0o555 if p.is_dir() else 0o444)
         before = sorted(store.path.rglob("*"))
-        out = subprocess.run([sys.executable, "-c", AS_NOBODY, str(store.path)], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", AS_NOBODY, str(store.path)],
+                             capture_output=True, text=True, check=True)
         check, runs = out.stdout.splitlines()
         assert check.startswith("check True clean:"), check
         assert runs.startswith("runs live ") and " finished " in runs, runs
@@ -176,7 +177,7 @@ def test_runs_table_aligns_numbers_right_with_thousands_and_four_digits(tmp_path
     store = Store(tmp_path / "store")
     for name, n, loss in (("big", 1234, 0.000123456), ("small", 7, 12345.678)):
         with Recorder(store, run=name, summarising=["loss"]) as r:
-            for i in range(n):
+            for _ in range(n):
                 r.forward_began()
                 r({"fact": "loss", "value": loss})
     done = somatize("runs", store.path)

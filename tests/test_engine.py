@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from somatize import Data, Graph, Node, Opaque, SomatizeError, register_codec
-from somatize._graph.engine import NodeError
 from somatize._base.errors import WatcherError
+from somatize._graph.engine import NodeError
 
 
 class Add(Node):

@@ -78,7 +78,8 @@ def call(name, fn):
     try:
         with contextlib.redirect_stdout(out):
             value = fn()
-        return {"call": name, "ok": True, "value": value if isinstance(value, (int, str)) else None, "out": out.getvalue()}
+        return {"call": name, "ok": True, "value": value if isinstance(value, (int, str)) else None,
+                "out": out.getvalue()}
     except SomatizeError as e:
         return {"call": name, "ok": False, "error": type(e).__name__, "message": str(e)}
     except BaseException as e:
@@ -182,7 +183,8 @@ CASES = {
     **{f"{f} a symlink out": (symlink_out(f), f.split("/")[-1]) for f in FILES},
     **{f"{f} a FIFO": (fifo(f), f.split("/")[-1]) for f in FILES},
     **{f"{f} to /dev/zero": (zero(f), f.split("/")[-1]) for f in FILES if f != "lock"},
-    "series/ a file": (lambda run, outside: (shutil.rmtree(run / "series"), (run / "series").write_text("x")), "series"),
+    "series/ a file": (lambda run, outside: (shutil.rmtree(run / "series"), (run / "series").write_text("x")),
+                       "series"),
     "forwards 10**12": (summary_says(forwards=10**12, facts=10**12, log_bytes=10**12), "facts.log"),
     "summary from the year 10**292": (summary_says(started=1e300, updated=1e300), "summary.json"),
     "summary a list": (lambda run, outside: (run / "summary.json").write_bytes(b"[1, 2]"), "summary.json"),

@@ -28,7 +28,7 @@ import pytest
 
 from somatize import Store
 from somatize._base.errors import SomatizeError
-from somatize._store.objects import Encoded, TREE
+from somatize._store.objects import TREE, Encoded
 
 ROOT = Path(__file__).resolve().parents[1]
 GUARD_S = 120  # a guard against hangs, not a measurement
@@ -420,7 +420,8 @@ CASES = [
     tmp_links_out, names_links_out, objects_links_out, an_object_folder_links_out,
     a_name_folder_links_out, a_name_file_links_out, an_object_file_links_out,
     a_name_links_to_a_name_outside_by_relative_path, marker_links_out, runs_links_out,
-    names_is_a_fifo, objects_is_a_fifo, marker_is_a_fifo, a_name_is_a_fifo, an_object_is_a_fifo, a_big_object_is_a_fifo, a_lock_is_a_fifo,
+    names_is_a_fifo, objects_is_a_fifo, marker_is_a_fifo, a_name_is_a_fifo, an_object_is_a_fifo,
+    a_big_object_is_a_fifo, a_lock_is_a_fifo,
     marker_is_a_device, a_name_is_a_device, a_name_links_to_dev_zero, an_object_is_a_device,
     an_object_links_to_dev_zero,
     marker_is_a_folder, an_object_is_a_folder, objects_is_a_file, names_is_a_file, tmp_is_a_file,

@@ -54,7 +54,8 @@ def test_each_forward_reads_back_as_it_was_handed_over(store, steps):
 
 
 def test_values_keep_their_types(store):
-    fact = {"fact": "probe", "node": "n", "i": 3, "f": 2.0, "b": True, "s": "x", "l": [1, 2.5, "y"], "d": {"k": 1}, "none": None}
+    fact = {"fact": "probe", "node": "n", "i": 3, "f": 2.0, "b": True, "s": "x", "l": [1, 2.5, "y"],
+            "d": {"k": 1}, "none": None}
     with Recorder(store, run="typed") as recorder:
         recorder.forward_began()
         recorder(fact)
@@ -239,7 +240,8 @@ def test_another_process_sees_facts_without_being_told(tmp_path):
     # No flush() in the writer: its background flusher must hand them over.
     path = tmp_path / "store"
     Store(path)
-    with subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as writer:
+    with subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as writer:
         assert writer.stdout.readline() == "ready\n"
         probe = textwrap.dedent(
             """
@@ -263,7 +265,8 @@ def test_another_process_sees_facts_without_being_told(tmp_path):
 
 def test_a_run_whose_process_died_reads_interrupted(tmp_path):
     path = tmp_path / "store"
-    code = "import os, sys\nfrom somatize import Recorder\nr = Recorder(sys.argv[1], run='r')\nr.forward_began(); r({'fact': 'updated'}); r.flush()\nos._exit(3)"
+    code = ("import os, sys\nfrom somatize import Recorder\nr = Recorder(sys.argv[1], run='r')\n"
+            "r.forward_began(); r({'fact': 'updated'}); r.flush()\nos._exit(3)")
     assert subprocess.run([sys.executable, "-c", code, str(path)]).returncode == 3
     assert runs(path).set_index("run").loc["r", "state"] == "interrupted"
     assert facts(path, "r", forward=0) == [{"fact": "updated"}]
@@ -303,7 +306,7 @@ def test_a_with_block_that_raised_leaves_the_run_interrupted(store):
         with Recorder(store, run="r") as recorder:
             recorder.forward_began()
             recorder({"fact": "finished", "took_us": 1})
-            1 / 0
+            raise ZeroDivisionError("the block fails")
     assert runs(store).set_index("run").loc["r", "state"] == "interrupted"
     assert facts(store, "r", forward=0) == [{"fact": "finished", "took_us": 1}]
 
@@ -317,7 +320,8 @@ def no_background_flush(monkeypatch):
 
 
 QUERIES = {
-    "facts": lambda store: facts(store, "r", forward=2)[1:] == [{"fact": "finished", "took_us": 2}, {"fact": "loss", "value": 0.5}],
+    "facts": lambda store: facts(store, "r", forward=2)[1:] == [{"fact": "finished", "took_us": 2},
+                                                                 {"fact": "loss", "value": 0.5}],
     "forwards": lambda store: list(forwards(store, "r")["took_us"]) == [0, 1, 2],
     "curve": lambda store: list(curve(store, "r", "loss")) == [0.5, 0.5, 0.5],
     "nodes": lambda store: nodes(store, "r").set_index("node").loc["body", "ran"] == 3,
@@ -375,7 +379,8 @@ def test_a_raising_watcher_leaves_the_record_with_everything_before(store, recor
     said = facts(store, "r")
     assert said == heard  # the recorder kept every fact it was handed, in order
     by_forward = [facts(store, "r", forward=n) for n in range(3)]
-    assert [f["fact"] for f in by_forward[1]] == ["seen", "ran", "seen", "ran"] + (["finished"] if recorder_first else [])
+    finished = ["finished"] if recorder_first else []
+    assert [f["fact"] for f in by_forward[1]] == ["seen", "ran", "seen", "ran"] + finished
     assert by_forward[2][-1]["fact"] == "finished" and by_forward[0][-1]["fact"] == "finished"
     assert runs(store).set_index("run").loc["r", "state"] == "finished"
 
@@ -438,7 +443,9 @@ def test_a_fact_orjson_cannot_encode_is_kept_as_its_text_and_the_record_goes_on(
         recorder({"fact": "later", "i": i})
     recorder.flush()
     seen = subprocess.run(
-        [sys.executable, "-c", "import sys, json\nfrom somatize.record import facts\nprint(json.dumps(facts(sys.argv[1], 'r')))", str(path)],
+        [sys.executable, "-c",
+         "import sys, json\nfrom somatize.record import facts\nprint(json.dumps(facts(sys.argv[1], 'r')))",
+         str(path)],
         capture_output=True, text=True, check=True,
     )
     import json

@@ -250,8 +250,9 @@ def test_a_summary_whose_counts_are_not_the_logs_is_damage(store, field, value):
     assert any("summary.json" in p and said in p for p in problems)
 
 
-@pytest.mark.parametrize("field, value", [("facts", "300"), ("forwards", 2.5), ("log_bytes", None), ("state", "sleeping"),
-                                          ("series", []), ("nodes", {"a": {"ran": "x"}}), ("summarising", 5)])
+@pytest.mark.parametrize("field, value", [("facts", "300"), ("forwards", 2.5), ("log_bytes", None),
+                                          ("state", "sleeping"), ("series", []), ("nodes", {"a": {"ran": "x"}}),
+                                          ("summarising", 5)])
 def test_a_summary_field_of_the_wrong_type_is_damage_everywhere(store, field, value):
     folder = fill(store, "r", 30)
     fill(store, "other", 5)
@@ -261,7 +262,8 @@ def test_a_summary_field_of_the_wrong_type_is_damage_everywhere(store, field, va
     listed = runs(store).set_index("run")
     assert listed.loc["r", "state"] == "damaged" and repr(field) in listed.loc["r", "problem"]
     assert listed.loc["other", "state"] == "finished" and listed.loc["other", "forwards"] == 5
-    for query in (lambda: curve(store, "r", "loss"), lambda: forwards(store, "r"), lambda: facts(store, "r", forward=0)):
+    for query in (lambda: curve(store, "r", "loss"), lambda: forwards(store, "r"),
+                  lambda: facts(store, "r", forward=0)):
         with pytest.raises(DamagedError, match="summary.json"):
             query()
 
@@ -323,7 +325,8 @@ def test_a_flush_that_fails_at_exit_is_said_on_stderr(tmp_path):
         "r.forward_began(); r({'fact': 'energy', 'value': 2.0})\n"  # no close(): exit flushes
     )
     Store(tmp_path / "store")
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=60, check=False)
     assert "somatize:" in done.stderr and "energy.bin" in done.stderr and "resume=True" in done.stderr
 
 

@@ -47,7 +47,7 @@ def test_the_reference_training_run(tmp_path):
     recorder = Recorder(store, run="a-run", summarising=["loss"])
     trainer = Trainer(g, objective=torch.nn.functional.mse_loss, optimizer=optimizer, watching=[recorder, live])
     first = None
-    for i in range(300):
+    for _ in range(300):
         value = trainer.step(batch())
         first = value if first is None else first
     assert trainer.updates == 300

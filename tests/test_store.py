@@ -16,8 +16,8 @@ import pytest
 
 from somatize import Store, register_codec
 from somatize._base.errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from somatize._store.objects import INLINE_MAX, Encoded
 from somatize._store.files import MAP_AT as _MAP_AT
+from somatize._store.objects import INLINE_MAX, Encoded
 from somatize._store.store import as_store, digest_of
 
 BIG = np.arange(INLINE_MAX, dtype=np.float64)  # larger than INLINE_MAX bytes: a leaf object of its own
@@ -589,7 +589,8 @@ def test_a_readonly_store_reads_everything_and_writes_nothing(tmp_path):
     assert snapshot(store.path) == before
 
 
-@pytest.mark.parametrize("call", [lambda s: s.keep("a", 1), lambda s: s.put(1), lambda s: s.link("a", "sha256:" + "0" * 64)])
+@pytest.mark.parametrize("call", [lambda s: s.keep("a", 1), lambda s: s.put(1),
+                                  lambda s: s.link("a", "sha256:" + "0" * 64)])
 def test_a_readonly_store_refuses_to_keep_naming_the_writable_form(tmp_path, call):
     path = tmp_path / "s"
     Store(path)

@@ -9,6 +9,7 @@ import torch
 import somatize.torch  # noqa: F401
 from somatize import Data, Graph, Node, Opaque, SomatizeError, Store
 from somatize.torch import Trainer, export, fedavg, freeze, load, parameters
+
 from torch_models import Body, Head, batches, built
 
 MSE = torch.nn.functional.mse_loss

@@ -12,6 +12,7 @@ from somatize import Data, Graph, Node, Opaque, Recorder, SomatizeError, Store
 from somatize._base.errors import WatcherError
 from somatize.record import facts, forwards, spent
 from somatize.torch import NonFiniteLoss, Trainer, parameters
+
 from torch_models import Oracle, batches, built, trained_optimizer
 
 MSE = torch.nn.functional.mse_loss

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from somatize.torch import Trainer, parameters
+
 from torch_models import Oracle, batches, built, trained_optimizer
 
 MSE = torch.nn.functional.mse_loss

@@ -179,7 +179,8 @@ class _NumpyArray:
                 "wrap it as `Opaque(array)`."
             )
         a = np.ascontiguousarray(value)  # makes a 0-d array 1-d: the shape comes from value
-        return {"dtype": a.dtype.str, "shape": list(value.shape)}, [a.reshape(-1).view(np.uint8).data if a.size else b""]
+        body = a.reshape(-1).view(np.uint8).data if a.size else b""
+        return {"dtype": a.dtype.str, "shape": list(value.shape)}, [body]
 
     def decode(self, meta, buffers):
         dtype = _dtype_of(meta, "an array")

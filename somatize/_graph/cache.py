@@ -14,8 +14,8 @@ import hashlib
 import os
 import types
 
-from .edges import _check_data
 from .._base.errors import SomatizeError, SomatizeValueError
+from .edges import _check_data
 from .node import Node, _Expr
 
 _ENGINE_CLASSES = (Node, _Expr, object)  # what every node shares: not part of its fingerprint

@@ -13,12 +13,12 @@ import inspect
 import re
 from time import perf_counter_ns
 
-from .cache import _as_store, _check_store_arg, _check_weights, fingerprint
 from .._base.codecs import codec_for
-from .edges import _PASS, _cross, _gather, _slots
 from .._base.errors import NodeError, SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
-from .node import Node, _Chain, _expr, set_weights
 from .._base.values import Opaque
+from .cache import _as_store, _check_store_arg, _check_weights, fingerprint
+from .edges import _PASS, _cross, _gather, _slots
+from .node import Node, _Chain, _expr, set_weights
 from .watchers import ENGINE_FACTS, RESERVED, Watchers, watchers
 
 __all__ = ["Ctx", "Graph", "Node", "NodeError", "fingerprint", "set_weights"]

@@ -223,8 +223,9 @@ class FileInTheWay(Refused):
 
 
 def _kind(mode):
-    for test, what in ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+    for test, what in ((stat.S_ISREG, "a file"), (stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
         if test(mode):
             return what
     return "not a regular file"

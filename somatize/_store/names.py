@@ -55,7 +55,8 @@ def name_problem(name):
         return "a name cannot hold control characters (NUL, newline, tab, …); remove them"
     parts = name.split("/")
     if "" in parts:
-        return f"a name cannot have an empty part (\"//\" or a trailing \"/\"): write {'/'.join(p for p in parts if p)!r}"
+        fixed = "/".join(p for p in parts if p)
+        return f"a name cannot have an empty part (\"//\" or a trailing \"/\"): write {fixed!r}"
     if "." in parts or ".." in parts:
         return "a name cannot have '.' or '..' parts; write the full name, e.g. \"a-run/weights\""
     if any(len(p.encode()) > 255 for p in parts):

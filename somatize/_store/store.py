@@ -72,10 +72,17 @@ from pathlib import Path
 
 import orjson
 
-from . import files as _files
 from .._base.codecs import codec_named
-from .._base.errors import (CodecError, DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError,
-                            SomatizeValueError, StoreNotWritable)
+from .._base.errors import (
+    CodecError,
+    DamagedError,
+    SomatizeError,
+    SomatizeKeyError,
+    SomatizeTypeError,
+    SomatizeValueError,
+    StoreNotWritable,
+)
+from . import files as _files
 from .check import check as _check
 from .files import MAP_AT, FileInTheWay, Refused
 from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root

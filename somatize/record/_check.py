@@ -50,13 +50,16 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
             continue
         want_dir = name == SERIES
         if (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)) is False:
-            problems.append(f"run {run!r}: {folder / name} is not a regular {'folder' if want_dir else 'file'} (a symlink, a FIFO…); nothing reads it: move it away")
+            kind = "folder" if want_dir else "file"
+            problems.append(f"run {run!r}: {folder / name} is not a regular {kind} (a symlink, a FIFO…); "
+                            "nothing reads it: move it away")
     if problems:
         return problems, notes
     try:
         summary = load_summary(folder)
     except Broken as e:
-        return [f"run {run!r}: {folder / SUMMARY} {e}; the run no longer lists its summary and cannot be continued; its facts still read with facts(store, run)"], notes
+        return [f"run {run!r}: {folder / SUMMARY} {e}; the run no longer lists its summary and cannot be continued; "
+                "its facts still read with facts(store, run)"], notes
     log = folder / LOG
     if summary is None:
         if _files.file_size(log):
@@ -84,7 +87,8 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
             )
         ends = {0} | {b[3] + b[4] for b in tail.blocks}
         if committed not in ends:
-            problems.append(f"run {run!r}: {SUMMARY} says a completed flush ended at byte {committed} of {LOG}, where no block ends")
+            problems.append(f"run {run!r}: {SUMMARY} says a completed flush ended at byte {committed} of {LOG}, "
+                            "where no block ends")
         facts = sum(b[2] for b in blocks)
         if facts != summary["facts"]:
             problems.append(f"run {run!r}: {SUMMARY} counts {summary['facts']} facts, {LOG} holds {facts}")
@@ -96,17 +100,21 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         path = _log.series_file(folder / SERIES, name)
         data = _files.read_bytes(path, size) or b""
         if len(data) < size:
-            problems.append(f"run {run!r}: series {name!r} cut at byte {len(data)}; a completed flush wrote {size}; " + _RESUME.format(run=run))
+            problems.append(f"run {run!r}: series {name!r} cut at byte {len(data)}; a completed flush wrote {size}; "
+                            + _RESUME.format(run=run))
         elif want is not None and _log.checksum(data) != want:
-            problems.append(f"run {run!r}: series {name!r} ({path}) does not match its checksum in {SUMMARY}; " + _RESUME.format(run=run))
+            problems.append(f"run {run!r}: series {name!r} ({path}) does not match its checksum in {SUMMARY}; "
+                            + _RESUME.format(run=run))
         elif not in_order(_log.points_of(data)["forward"], summary["forwards"]):
-            problems.append(f"run {run!r}: series {name!r} ({path}) holds forwards out of order or past the run's {summary['forwards']}; " + _RESUME.format(run=run))
+            problems.append(f"run {run!r}: series {name!r} ({path}) holds forwards out of order "
+                            f"or past the run's {summary['forwards']}; " + _RESUME.format(run=run))
     return problems, notes
 
 
 def in_order(forwards, count) -> bool:
     """Series points come in forward order, each within the run."""
-    return not len(forwards) or (forwards[0] >= 0 and forwards[-1] < count and bool(np.all(forwards[1:] >= forwards[:-1])))
+    return not len(forwards) or (forwards[0] >= 0 and forwards[-1] < count
+                                 and bool(np.all(forwards[1:] >= forwards[:-1])))
 
 
 def _check_index(run, folder, summary, blocks):
@@ -116,7 +124,8 @@ def _check_index(run, folder, summary, blocks):
         size = _files.file_size(path) // _log.INDEX.itemsize * _log.INDEX.itemsize
     data = _files.read_bytes(path, size) or b""
     if len(data) < size:
-        return [f"run {run!r}: {INDEX} holds {len(data)} bytes, a completed flush wrote {size}; " + _RESUME.format(run=run)]
+        return [f"run {run!r}: {INDEX} holds {len(data)} bytes, a completed flush wrote {size}; "
+                + _RESUME.format(run=run)]
     if want is not None and _log.checksum(data) != want:
         return [f"run {run!r}: {INDEX} does not match its checksum in {SUMMARY}; " + _RESUME.format(run=run)]
     index = np.frombuffer(data, _log.INDEX, len(data) // _log.INDEX.itemsize)
@@ -160,7 +169,9 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
         try:
             p, n = check_run(folder)
         except (OSError, _files.NotAFile, ValueError) as e:  # a file changed under the check, say
-            p, n = [f"run {name!r}: could not be checked ({e}); run the check again, and if it says the same, move {folder} away"], []
+            p = [f"run {name!r}: could not be checked ({e}); run the check again, "
+                 f"and if it says the same, move {folder} away"]
+            n = []
         problems += p
         notes += n
     return problems, notes

@@ -199,7 +199,7 @@ def read_tail(log: Path, start: int, limit: int = 1 << 31) -> Tail:
 
 
 def index_bytes(rows, base: int) -> bytes:
-    table = np.array([(f, l, base + o, n) for f, l, o, n in rows], INDEX)
+    table = np.array([(f, length, base + o, n) for f, length, o, n in rows], INDEX)
     return table.tobytes()
 
 
@@ -215,14 +215,17 @@ def verified(path: Path, size: int, want: int | None, run: str, what: str) -> by
     except _files.NotAFile as e:
         raise DamagedError(f"run {run!r}: {e}; {_fix(path)}") from None
     if len(data) < size:
-        raise DamagedError(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, a completed flush wrote {size}; {_fix(path)}")
+        raise DamagedError(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, "
+                           f"a completed flush wrote {size}; {_fix(path)}")
     if want is not None and checksum(data) != want:
-        raise DamagedError(f"run {run!r}: {what} {path.name} does not match the checksum its summary holds; {_fix(path)}")
+        raise DamagedError(f"run {run!r}: {what} {path.name} does not match the checksum its summary holds; "
+                           f"{_fix(path)}")
     return data
 
 
 def _fix(path) -> str:
-    return f"run `somatize check` on the store; the run's facts still read with facts(store, run) (its log is the truth: {path.parent})"
+    return ("run `somatize check` on the store; the run's facts still read with facts(store, run) "
+            f"(its log is the truth: {path.parent})")
 
 
 def series_file(folder: Path, name: str) -> Path:

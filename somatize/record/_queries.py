@@ -51,7 +51,8 @@ class _Run:
 
     def __init__(self, store, run):
         if not isinstance(run, str):
-            raise SomatizeTypeError(f"run= takes the name of a run (a str), like run=\"a-run\"; got {type(run).__name__} {run!r:.60}")
+            raise SomatizeTypeError(f"run= takes the name of a run (a str), like run=\"a-run\"; "
+                                    f"got {type(run).__name__} {run!r:.60}")
         self.name = run
         self.folder = existing_folder(store_root(store), run)
         recorder = live_recorder(self.folder)
@@ -71,7 +72,8 @@ class _Run:
 
     def needs_summary(self):
         if self.committed is None:
-            raise self.damaged(self.folder / "summary.json", "is missing while facts.log is there (facts(store, run) still reads the facts)")
+            raise self.damaged(self.folder / "summary.json",
+                               "is missing while facts.log is there (facts(store, run) still reads the facts)")
 
     def needs_whole_log(self):
         """Counts in the summary are trusted to size a table only when the
@@ -83,7 +85,8 @@ class _Run:
         except _files.NotAFile as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
         if size < self.committed["log_bytes"]:
-            raise self.damaged(self.folder / LOG, f"holds {size} bytes, fewer than the {self.committed['log_bytes']} its summary counts")
+            raise self.damaged(self.folder / LOG,
+                               f"holds {size} bytes, fewer than the {self.committed['log_bytes']} its summary counts")
 
     def entries(self):
         """(index entries of every whole block, count of forwards)."""
@@ -98,7 +101,8 @@ class _Run:
             # blocks from the start (read-only; resume=True rebuilds the file).
             tail = self._tail(0, s["log_bytes"])
             if tail.end < s["log_bytes"]:
-                raise self.damaged(self.folder / INDEX, f"does not verify, and {LOG} does not read past byte {tail.end}") from None
+                raise self.damaged(self.folder / INDEX,
+                                   f"does not verify, and {LOG} does not read past byte {tail.end}") from None
             index = tail.entries()
             index = index[index["offset"] + index["length"] <= s["log_bytes"]]
         count = s["forwards"]
@@ -191,7 +195,8 @@ class _Run:
         points = np.empty(0, _log.POINT)
         if size:
             if not _files.is_real_dir(self.folder / SERIES):
-                raise self.damaged(self.folder / SERIES, "is not a real folder (a symlink?); nothing is read through it")
+                raise self.damaged(self.folder / SERIES,
+                                   "is not a real folder (a symlink?); nothing is read through it")
             path = _log.series_file(self.folder / SERIES, name)
             try:
                 raw = _log.verified(path, size, want, self.name, "series")
@@ -221,7 +226,8 @@ def facts(store, run, forward=None) -> list[dict]:
         try:
             forward = operator.index(forward)
         except TypeError:
-            raise SomatizeTypeError(f"forward={forward!r:.60} is not a whole number: write forward=0 for the first forward") from None
+            raise SomatizeTypeError(f"forward={forward!r:.60} is not a whole number: "
+                                    "write forward=0 for the first forward") from None
         if not 0 <= forward < count:
             raise SomatizeValueError(
                 f"run {run!r} has {count} forwards (0..{count - 1}), so there is no forward={forward}"
@@ -260,7 +266,8 @@ def curve(store, run, name="loss"):
     import pandas as pd
 
     if not isinstance(name, str):
-        raise SomatizeTypeError(f"curve(store, run, name): name is the name of a fact (a str), like \"loss\"; got {type(name).__name__} {name!r:.60}")
+        raise SomatizeTypeError(f"curve(store, run, name): name is the name of a fact (a str), like \"loss\"; "
+                                f"got {type(name).__name__} {name!r:.60}")
     r = _Run(store, run)
     r.needs_summary()
     points = _points(r, name)

@@ -260,7 +260,7 @@ class Recorder:
         if not groups:
             return
         data, rows = _log.encode_blocks(groups)
-        batch.rows.extend((f, l, len(batch.data) + o, n) for f, l, o, n in rows)
+        batch.rows.extend((f, length, len(batch.data) + o, n) for f, length, o, n in rows)
         batch.data += data
         batch.last = groups[-1][0]
         batch.count += _summary.summarise(groups, self._summary, batch.points)

@@ -132,11 +132,13 @@ def parse(raw: bytes) -> dict:
             _number_or_none(x.get("first")) and _number_or_none(x.get("last"))
             and _number_or_none(x.get("min")) and _number_or_none(x.get("max"))
         ):
-            raise Broken(f"field 'summarising' must be {{name: {{count, first, last, min, max}}}}, it holds {x!r:.60} for {name!r:.60}")
+            raise Broken("field 'summarising' must be {name: {count, first, last, min, max}}, "
+                         f"it holds {x!r:.60} for {name!r:.60}")
     for node, x in s["nodes"].items():
         if not isinstance(x, dict) or not (_count(x.get("ran")) and _count(x.get("recalled")) and _count(x.get("kept"))
                                            and _number(x.get("total_us")) and _number(x.get("max_us"))):
-            raise Broken(f"field 'nodes' must be {{node: {{ran, recalled, kept, total_us, max_us}}}}, it holds {x!r:.60} for {node!r:.60}")
+            raise Broken("field 'nodes' must be {node: {ran, recalled, kept, total_us, max_us}}, "
+                         f"it holds {x!r:.60} for {node!r:.60}")
     return s
 
 

@@ -49,11 +49,12 @@ from time import perf_counter_ns
 
 import torch
 
-from .._graph import engine as _engine
-from .._graph.watchers import Watchers
 from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
+from .._graph import engine as _engine
+from .._graph.watchers import Watchers
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
+
 
 class NonFiniteLoss(SomatizeError, FloatingPointError):
     """The objective returned nan or inf; nothing was updated. ``step`` is
@@ -99,7 +100,8 @@ class Trainer:
         self.micro = _positive_int("micro", micro)
         if clip is not None:
             if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not clip > 0 or not math.isfinite(clip):
-                raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, or clip=None")
+                raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, "
+                                         "or clip=None")
             clip = float(clip)
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
         self._watchers = Watchers(watching, where="the Trainer's watching=")
@@ -272,7 +274,8 @@ class Trainer:
 
     def _value(self, loss, index):
         if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-            what = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
+            what = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
+                    else f"a {type(loss).__name__}")
             raise SomatizeTypeError(
                 f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
                 "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"

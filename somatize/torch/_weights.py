@@ -14,8 +14,8 @@ import math
 import torch
 import xxhash
 
-from .._graph import engine as _engine
 from .._base.errors import SomatizeKeyError, SomatizeTypeError, SomatizeValueError
+from .._graph import engine as _engine
 from ._codec import digest_tensors, raw_bytes
 
 # Below this many bytes, still() also re-hashes the weights (xxh3, fast), so an
@@ -200,7 +200,8 @@ def _same_layout(a, b, a_says, b_says):
         for k in ka:
             ta, tb = ka[k], kb[k]
             if not isinstance(tb, torch.Tensor):
-                raise SomatizeTypeError(f"node {node_name!r}, {k!r}: {b_says} holds a {type(tb).__name__}, not a tensor")
+                raise SomatizeTypeError(f"node {node_name!r}, {k!r}: {b_says} holds a {type(tb).__name__}, "
+                                        "not a tensor")
             if ta.shape != tb.shape or ta.dtype != tb.dtype:
                 raise SomatizeValueError(
                     f"node {node_name!r}, {k!r}: {a_says} has {ta.dtype} {list(ta.shape)} but "
@@ -219,7 +220,8 @@ def fedavg(exports, weights=None):
         weights = [1.0] * len(exports)
     weights = [float(w) for w in weights]
     if len(weights) != len(exports):
-        raise SomatizeValueError(f"fedavg got {len(exports)} exports but {len(weights)} weights; give one weight per export")
+        raise SomatizeValueError(f"fedavg got {len(exports)} exports but {len(weights)} weights; "
+                                 "give one weight per export")
     if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
         raise SomatizeValueError(f"fedavg weights must be finite, non-negative and not all zero; got {weights}")
     first = exports[0]
