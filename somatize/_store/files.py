@@ -6,6 +6,9 @@ renamed into place, and the folder that holds it is flushed before anything
 points at it. A crash at any moment leaves the old file or the new one, never
 a mix; at worst a temp file is left behind. The Store and the record both
 write through these helpers. Nothing here knows what the bytes mean.
+
+numpy is imported where it is used, not here: ``somatize runs`` reads run
+summaries through this module and starts without it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import secrets
 import stat
 import threading
 from pathlib import Path
-
-import numpy as np
 
 MAP_AT = 1 << 20  # bytes; files this large are mapped, not read
 
@@ -83,6 +84,8 @@ def write_temp_direct(folder, parts, mode=0o644):
 
 
 def _write_direct(fd, parts):
+    import numpy as np
+
     stage = getattr(_stage, "buffer", None)
     if stage is None:  # one per thread: the Store writes leaves from a pool
         stage = _stage.buffer = memoryview(mmap.mmap(-1, _STAGE))
@@ -146,26 +149,6 @@ def write_file(tmp_folder, path, data, sync_dirs=()):
         sync_dir(d)
 
 
-def make_dirs(folder, root):
-    """Create ``folder`` under ``root``; the folders whose entries changed."""
-    if folder.is_dir():
-        return set()
-    made = set()
-    missing = []
-    p = folder
-    while not p.is_dir() and p != root:
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except FileExistsError:
-            if not d.is_dir():
-                raise
-        made.add(d.parent)
-    return made
-
-
 def sync_dir(folder):
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -181,14 +164,21 @@ def unlink(path):
         pass
 
 
+def remove_junk(path):
+    """Remove what lies at ``path`` (a stale temp file, a symlink, a FIFO), not a folder."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # a folder, or gone: the open that follows says what is wrong
+
+
 def has_size(path, size):
     """A regular file is there with ``size`` bytes (one of another size, or a
     link, is not: it gets replaced)."""
     try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
+        return regular_size(path) == size
+    except (Refused, NotADirectoryError):
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
 # ---- reading and walking inside a store, following no link --------------------
@@ -260,15 +250,31 @@ def lstat_in(root, parts):
         os.close(fd)
 
 
-def read_regular(root, parts, limit=None, head=None):
-    """The bytes of the regular file ``root/parts…`` as a writable uint8 array
-    the caller owns (a file of ``MAP_AT`` bytes or more is mapped
-    copy-on-write: no copy, and a write into it never reaches the file).
+def regular_size(path):
+    """Size of the regular file at ``path`` (its last part not followed);
+    None when there is none. Raises ``Refused`` for a link or anything else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(_kind(st.st_mode), "file")
+    return st.st_size
 
-    Raises ``Refused`` for anything but a regular file of at most ``limit``
-    bytes, FileNotFoundError where there is none. ``head(fd, size)``, when
-    given, may look at a file before it is mapped, and raise: a mapped file's
-    size is bounded only by what its own bytes declare."""
+
+def is_real_dir(path):
+    """A folder, and not a symlink to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular(root, parts):
+    """``(fd, size)`` of the regular file ``root/parts…``, read-only, opened
+    without following a link and without waiting on a FIFO or a device.
+    Raises ``Refused`` for anything but a regular file, FileNotFoundError
+    where there is none. The caller closes the fd."""
     folder = open_dir(root, parts[:-1])
     try:
         if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
@@ -284,7 +290,49 @@ def read_regular(root, parts, limit=None, head=None):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused(_kind(st.st_mode), "file")
-        size = st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def pread_all(fd, limit, start=0, size=None):
+    """At most ``limit`` bytes of ``fd`` from ``start`` (fewer at the end of
+    the file, which is at ``size`` when known: then one read does)."""
+    chunks = []
+    want, offset = max(0, limit), start
+    if size is not None:
+        want = max(0, min(want, size - start))
+        if want:  # the usual case: one read returns it all
+            chunk = os.pread(fd, want, offset)
+            if len(chunk) == want:
+                return chunk
+            chunks.append(chunk)
+            want -= len(chunk)
+            offset += len(chunk)
+    while want:
+        chunk = os.pread(fd, min(want, 1 << 30), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        want -= len(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def read_regular(root, parts, limit=None, head=None):
+    """The bytes of the regular file ``root/parts…`` as a writable uint8 array
+    the caller owns (a file of ``MAP_AT`` bytes or more is mapped
+    copy-on-write: no copy, and a write into it never reaches the file).
+
+    Raises ``Refused`` for anything but a regular file of at most ``limit``
+    bytes, FileNotFoundError where there is none. ``head(fd, size)``, when
+    given, may look at a file before it is mapped, and raise: a mapped file's
+    size is bounded only by what its own bytes declare."""
+    import numpy as np
+
+    fd, size = open_regular(root, parts)
+    try:
         if limit is not None and size > limit:
             raise Refused(f"a file of {size:,} bytes, more than the {limit:,} such a file can hold")
         if head is not None and size >= MAP_AT:  # a smaller file is read whole, bounded anyway

@@ -29,7 +29,7 @@ Modules: ``_recorder`` (the watcher: its hot path and flush), ``_flusher``
 (the one background thread, exit and fork), ``_summary`` (summary.json: its
 strict reader, and how facts fold into it), ``_recovery`` (resume: cut back,
 rebuild from the log), ``_log`` (blocks, index, series: bytes on disk; the one
-reader of a log's tail), ``_files`` (the one way a record file is opened),
+reader of a log's tail), ``_files`` (a record file, by path, opened through ``_store.files``),
 ``_runs`` (run folders, names, locks, listing), ``_queries`` (facts, forwards,
 nodes, curve, runs), ``_check`` (fsck).
 
@@ -74,7 +74,7 @@ whose summary does not read lists as "damaged" and its queries raise.
 ``Recorder(..., resume=True)`` rebuilds an index or series that does not
 verify from the log. Hostile by default: only regular files are read, never
 through a symlink, never waiting on a FIFO, never more bytes than the format
-allows (``_files``).
+allows (``_store.files``, given a path by ``_files``).
 
 What a crash leaves: bytes past what the summary counts are a flush a kill
 interrupted: whole blocks there are read by ``facts`` (their checksum proves

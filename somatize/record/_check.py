@@ -12,13 +12,12 @@ The check reports; it never raises and never writes.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 import numpy as np
 
 from .._base.errors import DamagedError
+from .._store import files as _store_files
 from . import _files, _log
 from ._runs import (
     INDEX,
@@ -43,13 +42,15 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         return [f"run {run!r}: {problem}; move it away"], []
     problems: list[str] = []
     notes: list[str] = []
+    try:  # the run's folder is opened without following a link, like every file in it
+        kinds = dict(_store_files.entries(folder.parent, (folder.name,)))
+    except FileNotFoundError:
+        kinds = {}
     for name in (SUMMARY, LOG, INDEX, LOCK, SERIES):
-        try:
-            mode = os.lstat(folder / name).st_mode
-        except FileNotFoundError:
+        if name not in kinds:
             continue
         want_dir = name == SERIES
-        if (stat.S_ISDIR(mode) if want_dir else stat.S_ISREG(mode)) is False:
+        if kinds[name] != ("dir" if want_dir else "file"):
             kind = "folder" if want_dir else "file"
             problems.append(f"run {run!r}: {folder / name} is not a regular {kind} (a symlink, a FIFO…); "
                             "nothing reads it: move it away")
@@ -168,7 +169,7 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
         folder = root / "runs" / name
         try:
             p, n = check_run(folder)
-        except (OSError, _files.NotAFile, ValueError) as e:  # a file changed under the check, say
+        except (OSError, _files.NotAFile, _store_files.Refused, ValueError) as e:  # a file changed under the check, say
             p = [f"run {name!r}: could not be checked ({e}); run the check again, "
                  f"and if it says the same, move {folder} away"]
             n = []

@@ -1,71 +1,49 @@
-"""The one way the record reads a file: hostile by default.
+"""How the record reads one of its files: the store's primitives
+(``_store.files``: no link followed, regular files only, bounded reads,
+never waiting on a FIFO), given a path and answering ``NotAFile`` naming it.
 
-The rule kept here: only a regular file is read, opened without following a
-symlink (O_NOFOLLOW) and without waiting on a FIFO or a device (O_NONBLOCK,
-then fstat must say a regular file), and never more bytes than the caller
-allows. Anything else is ``NotAFile``, which callers report as damage naming
-the file. No numpy here: ``somatize runs`` reads summaries through it.
+The rule kept here: anything that is not a regular file is ``NotAFile``,
+which callers report as damage naming the file; a missing file is None (or
+0 bytes) unless the caller says it must be there. The folder holding the
+file is reached as given: the record checks that ``runs/`` and a run's
+folder are real folders before it reads them.
 """
 
 from __future__ import annotations
 
 import os
-import stat
+from pathlib import Path
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+from .._store import files as _store_files
 
 
 class NotAFile(Exception):
     """The path is there but is not a regular file (a symlink, a FIFO, a folder…)."""
 
 
-def open_regular(path, missing_ok: bool = True) -> int | None:
-    """A read-only fd of the regular file at ``path``: never follows a symlink
-    (O_NOFOLLOW), never waits on a FIFO or a device (O_NONBLOCK, then fstat
-    must say a regular file). None when missing and ``missing_ok``; raises
-    ``NotAFile`` for anything that is not a regular file."""
-    opened = _open_sized(path, missing_ok)
-    return None if opened is None else opened[0]
+def _refused(path, why) -> NotAFile:
+    return NotAFile(f"{path} is not a regular file ({why})")
 
 
 def _open_sized(path, missing_ok):
+    path = Path(path)
     try:
-        fd = os.open(path, _READ_FLAGS)
+        return _store_files.open_regular(path.parent, (path.name,))
     except FileNotFoundError:
         if missing_ok:
             return None
         raise
-    except OSError as e:  # ELOOP: a symlink; ENXIO: a socket, say
-        raise NotAFile(f"{path} is not a regular file ({e.strerror})") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise NotAFile(f"{path} is not a regular file")
-    return fd, st.st_size
+    except _store_files.Refused as e:
+        raise _refused(path, e) from None
+    except OSError as e:  # a folder where a file's folder belongs, say
+        raise _refused(path, e.strerror) from None
 
 
-def pread_all(fd, limit: int, start: int = 0, size: int | None = None) -> bytes:
-    """At most ``limit`` bytes from ``start`` (fewer at the end of the file,
-    which is at ``size`` when known: then one read does)."""
-    chunks = []
-    want, offset = max(0, limit), start
-    if size is not None:
-        want = max(0, min(want, size - start))
-        if want:  # the usual case: one read returns it all
-            chunk = os.pread(fd, want, offset)
-            if len(chunk) == want:
-                return chunk
-            chunks.append(chunk)
-            want -= len(chunk)
-            offset += len(chunk)
-    while want:
-        chunk = os.pread(fd, min(want, 1 << 30), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        want -= len(chunk)
-        offset += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+def open_regular(path, missing_ok: bool = True) -> int | None:
+    """A read-only fd of the regular file at ``path`` (``_store.files.open_regular``);
+    None when missing and ``missing_ok``; ``NotAFile`` for anything else."""
+    opened = _open_sized(path, missing_ok)
+    return None if opened is None else opened[0]
 
 
 def read_bytes(path, limit: int, start: int = 0, missing_ok: bool = True) -> bytes | None:
@@ -76,7 +54,7 @@ def read_bytes(path, limit: int, start: int = 0, missing_ok: bool = True) -> byt
         return None
     fd, size = opened
     try:
-        return pread_all(fd, limit, start, size)
+        return _store_files.pread_all(fd, limit, start, size)
     finally:
         os.close(fd)
 
@@ -85,27 +63,7 @@ def file_size(path) -> int:
     """Size of the regular file at ``path`` (0 when missing); ``NotAFile``
     for a symlink or anything else."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return 0
-    if not stat.S_ISREG(st.st_mode):
-        raise NotAFile(f"{path} is not a regular file")
-    return st.st_size
-
-
-def is_real_dir(path) -> bool:
-    """A folder, and not a symlink to one."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-
-
-def remove_junk(path):
-    """Remove what lies at ``path`` (a stale temp file, a symlink, a FIFO), not a folder."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass  # a folder, or gone: the open that follows says what is wrong
+        size = _store_files.regular_size(path)
+    except _store_files.Refused as e:
+        raise _refused(path, e) from None
+    return 0 if size is None else size

@@ -18,7 +18,6 @@ a run is read through ``_files``.
 
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -28,6 +27,7 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError
+from .._store import files as _store_files
 from . import _files
 
 MAGIC = b"SMZB"
@@ -252,10 +252,8 @@ def points_bytes(forwards: list, values: list) -> bytes:
 
 
 def series_names(folder: Path) -> list[str]:
-    if not _files.is_real_dir(folder):
+    try:  # series/ itself is not followed either
+        listed = _store_files.entries(folder.parent, (folder.name,))
+    except (OSError, _store_files.Refused):
         return []
-    try:
-        files = os.listdir(folder)
-    except OSError:
-        return []
-    return sorted(unquote(f[:-4]) for f in files if f.endswith(".bin"))
+    return sorted(unquote(f[:-4]) for f, _ in listed if f.endswith(".bin"))

@@ -28,6 +28,7 @@ from .._base.errors import (
     SomatizeTypeError,
     SomatizeValueError,
 )
+from .._store import files as _store_files
 from . import _files, _log
 from ._runs import (
     INDEX,
@@ -173,7 +174,7 @@ class _Run:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
         try:
             for first, last, offset, length in entries:
-                raw = _files.pread_all(fd, int(length), int(offset))
+                raw = _store_files.pread_all(fd, int(length), int(offset))
                 try:
                     first_, last_, _count, _n, payload = _log.read_block(raw, 0)
                     if (first_, last_) != (first, last) or len(raw) != length:
@@ -194,7 +195,7 @@ class _Run:
         size, want = self.committed["series"].get(name, (0, None)) if self.committed else (0, None)
         points = np.empty(0, _log.POINT)
         if size:
-            if not _files.is_real_dir(self.folder / SERIES):
+            if not _store_files.is_real_dir(self.folder / SERIES):
                 raise self.damaged(self.folder / SERIES,
                                    "is not a real folder (a symlink?); nothing is read through it")
             path = _log.series_file(self.folder / SERIES, name)

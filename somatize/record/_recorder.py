@@ -31,7 +31,7 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
-from .._store.files import append_durably, make_dirs, sync_dir
+from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
 from . import _files, _flusher, _log, _recovery, _summary
 from ._runs import (
     INDEX,
@@ -110,7 +110,12 @@ class Recorder:
         problem = folder_problem(folder) or folder_problem(folder / SERIES)
         if problem is not None:
             raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
-        for changed in make_dirs(folder / SERIES, root):  # durable from its first fact
+        try:  # following no link on the way; durable from its first fact
+            made = ensure_dirs(root, ("runs", run, SERIES))
+        except Refused as e:
+            raise DamagedError(f"run {run!r}: {folder / SERIES} cannot be made ({e}); "
+                               "move it away or record into another run") from None
+        for changed in made:
             sync_dir(changed)
         self.run = run
         self.root = root  # the store's folder
@@ -294,7 +299,7 @@ class Recorder:
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
-            _files.remove_junk(tmp)  # our temp file's name: whatever else is there is left over
+            remove_junk(tmp)  # our temp file's name: whatever else is there is left over
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
         except OSError as e:

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
+from .._store import files as _store_files
 from .._store.names import RUN_NAME
 from . import _files
 from ._summary import MAX_BYTES, Broken, parse
@@ -94,10 +95,10 @@ def run_names(root: Path) -> list[str]:
     if where is None:
         return []
     try:
-        found = os.listdir(where)
-    except OSError:
+        found = _store_files.entries(root, ("runs",))
+    except (OSError, _store_files.Refused):
         return []
-    return sorted(n for n in found if RUN_NAME.fullmatch(n) and n not in (".", ".."))
+    return sorted(n for n, _ in found if RUN_NAME.fullmatch(n) and n not in (".", ".."))
 
 
 def run_folder(root: Path, run: str) -> Path:
