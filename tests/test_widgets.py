@@ -606,6 +606,19 @@ def test_spent_on_the_graph_marks_the_slow_node_with_the_records_times(tmp_path)
     assert all(w == pytest.approx(max(1.5, rows[n]["share"] * per_share), abs=0.1) for n, w in widths.items())
 
 
+def test_the_graph_panel_counts_a_nodes_calls_under_the_key_its_front_end_reads(tmp_path):
+    """A node's timing carries its calls (ran + recalled) as "calls", the key graph.js reads."""
+    from somatize._widgets._spent import spent_data, timings
+    from somatize.record import nodes
+
+    g, store = twenty(tmp_path)
+    table = nodes(store, run="r")
+    t = timings(spent_data(store, "r"))
+    assert {n: v["calls"] for n, v in t.items()} == {str(n): int(c) for n, c in zip(table["node"], table["calls"])}
+    js = (Path(__file__).resolve().parents[1] / "js" / "widgets" / "graph.js").read_text()
+    assert "t.calls" in js and "t.runs" not in js
+
+
 def test_panels_read_without_importing_jupyter(tmp_path):
     g, store = twenty(tmp_path, forwards=2)
     code = (

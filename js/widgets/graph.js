@@ -31,7 +31,7 @@ function details(box, node, data) {
   ];
   const t = node.timing;
   if (t) {
-    rows.push(["a forward", `${duration(t.mean_us)} on average over ${t.runs.toLocaleString("en-US")} forwards`]);
+    rows.push(["a forward", `${duration(t.mean_us)} on average over ${t.calls.toLocaleString("en-US")} calls (ran or recalled)`]);
     rows.push(["share", `${Math.round(t.share * 100)}% of the run's time${t.slowest ? " (the slowest node)" : ""}`]);
     rows.push([`forward ${t.forward}`, t.last_us === null ? "did not run" : duration(t.last_us)]);
   }

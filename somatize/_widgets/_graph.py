@@ -28,7 +28,7 @@ BADGES = (("cached", "#9333ea"), ("frozen", "#0891b2"))
 def describe(g, timings=None):
     """The panel's data: nodes with badges, fingerprints and timings, edges,
     a layered layout and its SVG. `timings`: {node name: {"mean_us",
-    "last_us", "forward", "share", "runs", "slowest"}}, as `spent` reads them."""
+    "last_us", "forward", "share", "calls", "slowest"}}, as `spent` reads them."""
     timings = timings or {}
     fingerprints = g.fingerprints()
     nodes = [{"id": "input", "label": "input", "kind": "io"}]

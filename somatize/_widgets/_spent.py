@@ -63,14 +63,14 @@ def spent_data(store, run, forward=None):
 
 
 def timings(d):
-    """{node: {"mean_us", "last_us", "forward", "share", "runs", "slowest"}}: what
+    """{node: {"mean_us", "last_us", "forward", "share", "calls", "slowest"}}: what
     the graph panel writes on each node."""
     t = d["timeline"] or {"forward": None, "spans": []}
     last = {}
     for s in t["spans"]:
         last[s["node"]] = last.get(s["node"], 0) + s["took_us"]
     return {r["label"]: {"mean_us": r["mean_us"], "last_us": last.get(r["label"]), "forward": t["forward"],
-                         "share": r["share"], "runs": r["count"], "slowest": r["slowest"]}
+                         "share": r["share"], "calls": r["count"], "slowest": r["slowest"]}
             for r in d["rows"] if r["kind"] == "node"}
 
 
@@ -92,7 +92,7 @@ def spent_inner(d, graph=None):
                      f"{_svg.duration_us(r['mean_us'])} a forward",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
-                    f"a forward over {r['count']:,} forwards"}
+                    f"a forward over {r['count']:,} {'calls' if r['kind'] == 'node' else 'forwards'}"}
             for r in d["rows"]]
     parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
