@@ -1,7 +1,9 @@
-"""Every call of the reference notebook (shared/seed/03-training.txt), made
-the way it shows them, with what each one should give checked. Where the
-reference printed strings (fact values) or ``{}`` (fingerprints) we check
-the typed values and the frozen node's fingerprint instead, as DESIGN.md says."""
+"""Every call of the reference notebook, made the way it shows them, with
+what each one should give checked. The reference notebook lives outside
+this repository, with the team's shared files. Where the reference printed
+strings (fact values) or ``{}`` (fingerprints) we check the typed values and
+the frozen node's fingerprint instead, as the team's design notes (kept with
+those shared files) say."""
 
 import torch
 

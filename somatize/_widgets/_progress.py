@@ -5,7 +5,7 @@ of the run. A curve is thinned to at most `POINTS` bucket means before it
 leaves Python (a 1M-step run and a 1k-step run weigh the same in a saved
 notebook); smoothing and the log scale are applied here, from the full curve.
 bqplot's figure sits beside the controls in an ipywidgets box, never inside
-an anywidget (STACK.md: embedding it clips).
+an anywidget (embedded in one, it is clipped).
 """
 
 from __future__ import annotations
