@@ -270,22 +270,18 @@ def is_real_dir(path):
         return False
 
 
-def open_regular(root, parts):
-    """``(fd, size)`` of the regular file ``root/parts…``, read-only, opened
-    without following a link and without waiting on a FIFO or a device.
-    Raises ``Refused`` for anything but a regular file, FileNotFoundError
-    where there is none. The caller closes the fd."""
-    folder = open_dir(root, parts[:-1])
+def open_file(path, dir_fd=None):
+    """``(fd, size)`` of the regular file ``path`` (in the folder ``dir_fd``
+    when given), read-only, its last part not followed, without waiting on a
+    FIFO (fstat then refuses it). Raises ``Refused`` for anything but a
+    regular file, FileNotFoundError where there is none. The caller closes
+    the fd."""
     try:
-        if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
-            raise Refused(_kind(mode), "file")
-        fd = os.open(parts[-1], _FILE, dir_fd=folder)
+        fd = os.open(path, _FILE, dir_fd=dir_fd)
     except OSError as e:
-        if e.errno == errno.ELOOP:  # replaced by a link since the lstat
+        if e.errno == errno.ELOOP:  # a link
             raise Refused("a link", "file") from None
         raise
-    finally:
-        os.close(folder)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -294,6 +290,18 @@ def open_regular(root, parts):
         os.close(fd)
         raise
     return fd, st.st_size
+
+
+def open_regular(root, parts):
+    """``open_file`` of ``root/parts…``, no folder below ``root`` followed
+    either; a device is never even opened (lstat first)."""
+    folder = open_dir(root, parts[:-1])
+    try:
+        if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
+            raise Refused(_kind(mode), "file")
+        return open_file(parts[-1], folder)
+    finally:
+        os.close(folder)
 
 
 def pread_all(fd, limit, start=0, size=None):

@@ -12,7 +12,6 @@ folder are real folders before it reads them.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .._store import files as _store_files
 
@@ -26,9 +25,8 @@ def _refused(path, why) -> NotAFile:
 
 
 def _open_sized(path, missing_ok):
-    path = Path(path)
     try:
-        return _store_files.open_regular(path.parent, (path.name,))
+        return _store_files.open_file(path)
     except FileNotFoundError:
         if missing_ok:
             return None
@@ -40,7 +38,7 @@ def _open_sized(path, missing_ok):
 
 
 def open_regular(path, missing_ok: bool = True) -> int | None:
-    """A read-only fd of the regular file at ``path`` (``_store.files.open_regular``);
+    """A read-only fd of the regular file at ``path`` (``_store.files.open_file``);
     None when missing and ``missing_ok``; ``NotAFile`` for anything else."""
     opened = _open_sized(path, missing_ok)
     return None if opened is None else opened[0]
