@@ -59,7 +59,7 @@ RANK = {
     "_store": 1,
     "_graph": 2,
     "record": 3,
-    "torch": 4, "diagnose": 4,
+    "torch": 4, "_diagnose": 4,
     "_widgets": 5, "_server": 5, "cli": 5, "demo": 5, "__init__": 5,
 }
 UPWARD = {  # lazy imports for display, each with its reason
