@@ -68,7 +68,8 @@ def test_the_instruments_on_change_nothing_the_oracle_computes(kind, shape):
     a copy of the weights, output statistics): the training is still the
     hand-written loop's, bit for bit in float32."""
     seen = []
-    trainer, oracle = run(kind, torch.float32, groups=((64, 64),) * 4 if "every" in shape else ((64,),) * 8, watching=seen.append, **shape)
+    groups = ((64, 64),) * 4 if "every" in shape else ((64,),) * 8
+    trainer, oracle = run(kind, torch.float32, groups=groups, watching=seen.append, **shape)
     assert {"grad_norm", "update_norm", "out_zeros"} <= {f["fact"] for f in seen}
     want = oracle.weights()
     for node, named in trainer.export().items():

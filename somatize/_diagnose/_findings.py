@@ -16,15 +16,16 @@ import numpy as np
 from .._base.errors import SomatizeValueError
 from ._read import read
 
-# worst first: a run that cannot continue, then a node that cannot learn, then
-# one that learns badly, then the loss's shape
+# worst first: a run that cannot continue, then a node that passes no gradient
+# on (the cause, before the nodes it starves), a node that cannot learn, one
+# that learns badly, then the loss's shape
 KINDS = (
-    "diverged", "exploding", "not_updated", "dying", "saturated", "vanishing",
+    "diverged", "exploding", "dying", "saturated", "not_updated", "vanishing",
     "ratio_high", "ratio_low", "plateaued",
 )
 
 DEFAULTS = {
-    "explode": 100.0,  # grad_norm above this many times its first updates' (median of 3)
+    "explode": 100.0,  # grad_norm above this many times its lowest of the `sustain` updates before
     "vanish": 1e-6,  # grad_norm below this share of weight_norm
     "dying": 0.99,  # share of exact zeros in the output (or the gradient)
     "saturated": 0.5,  # share of a saturating output where its slope is under 2% of its peak
@@ -95,7 +96,9 @@ def _thresholds(given):
     t = {**DEFAULTS, **given}
     lo, hi = t["ratio"]
     if not 0 < lo < hi:
-        raise SomatizeValueError(f"ratio={t['ratio']!r}: give a band (low, high) with 0 < low < high, like ratio=(1e-5, 0.3)")
+        raise SomatizeValueError(
+            f"ratio={t['ratio']!r}: give a band (low, high) with 0 < low < high, like ratio=(1e-5, 0.3)"
+        )
     if int(t["sustain"]) < 1 or int(t["plateau"]) < 1:
         raise SomatizeValueError("sustain= and plateau= count steps: give positive whole numbers, like sustain=10")
     return t
@@ -180,34 +183,33 @@ def _node(rec, n, t):
             first, last = _span(steps, a, b, rec.last)
             out.append(Finding(
                 name, "not_updated", first, last,
-                {"updates": b - a + 1, "largest_grad_norm": float(np.max(gn[a:b + 1]))},
+                {"updates": b - a + 1, "largest_grad_norm": float(np.max(gn[a:b + 1])),
+                 "grad_zeros": float(np.median(u["grad_zeros"][a:b + 1]))},
                 {"sustain": sustain},
                 f"update_norm is exactly 0 on {sustain} recorded updates in a row",
                 "update_norm/" + name, 0.0,
             ))
 
-    base_values = gn[:3][np.isfinite(gn[:3])]
-    base = float(np.median(base_values)) if len(base_values) else 0.0
-    wild = ~np.isfinite(gn)
-    if base > 0:
-        wild |= gn > t["explode"] * base
+    lows = _recent_low(gn, sustain)
+    wild = ~np.isfinite(gn) | ((lows > 0) & (gn > t["explode"] * lows))
     if wild.any():
         at = int(np.flatnonzero(wild)[0])
+        low = float(lows[at])
         start = at
         # from where the rise that crossed the line began: records above the
-        # first updates' and each below the next
-        while start > 0 and base < gn[start - 1] < (gn[start] if np.isfinite(gn[start]) else np.inf):
+        # low it rose from, each below the next
+        while start > 0 and low < gn[start - 1] < (gn[start] if np.isfinite(gn[start]) else np.inf):
             start -= 1
         out.append(Finding(
             name, "exploding", int(steps[start]), rec.last,
-            {"grad_norm": float(gn[at]), "first_grad_norm": base, "at_step": int(steps[at])},
-            {"explode": t["explode"]},
-            f"grad_norm is not finite, or above {t['explode']:g} x its first updates' (median of 3)",
-            "grad_norm/" + name, t["explode"] * base if base > 0 else None,
+            {"grad_norm": float(gn[at]), "rose_from": low, "at_step": int(steps[at])},
+            {"explode": t["explode"], "sustain": sustain},
+            f"grad_norm is not finite, or above {t['explode']:g} x its lowest of the {sustain} recorded updates before",
+            "grad_norm/" + name, t["explode"] * low if low > 0 else None,
         ))
         return out
 
-    tiny = (gn > 0) & (wn > 0) & (gn < t["vanish"] * wn)
+    tiny = (un > 0) & (wn > 0) & (gn < t["vanish"] * wn)  # no update at all is not_updated
     for a, b in _stretches(tiny, sustain):
         first, last = _span(steps, a, b, rec.last)
         out.append(Finding(
@@ -234,6 +236,14 @@ def _node(rec, n, t):
     return out
 
 
+def _recent_low(values, w):
+    """For each record, the lowest finite value of the ``w`` records before it
+    (0 where there are none)."""
+    padded = np.concatenate([np.full(w, np.inf), np.where(np.isfinite(values), values, np.inf)])
+    lows = np.lib.stride_tricks.sliding_window_view(padded[:-1], w).min(axis=1)
+    return np.where(np.isfinite(lows), lows, 0.0)
+
+
 def _dying(rec, n, t):
     out = []
     sustain = int(t["sustain"])
@@ -254,17 +264,6 @@ def _dying(rec, n, t):
                 f"{fact} at or above {limit:g} on {sustain} recorded steps in a row",
                 f"{fact}/{n.name}", float(limit),
             ))
-    if not any(f.kind == "dying" for f in out) and len(n.steps):
-        gz = n.update["grad_zeros"]
-        for a, b in _stretches(gz >= t["dying"], sustain):
-            first, last = _span(n.steps, a, b, rec.last)
-            out.append(Finding(
-                n.name, "dying", first, last,
-                {"grad_zeros": float(np.median(gz[a:b + 1])), "updates": b - a + 1},
-                {"dying": t["dying"], "sustain": sustain},
-                f"grad_zeros at or above {t['dying']:g} on {sustain} recorded updates in a row",
-                f"grad_zeros/{n.name}", float(t["dying"]),
-            ))
     return out
 
 
@@ -283,7 +282,8 @@ def curve(store, run, finding):
             steps, values = n.output[kind]
         elif kind == "update_ratio":
             steps, u = n.steps, n.update
-            values = np.divide(u["update_norm"], u["weight_norm"], out=np.full(len(steps), np.nan), where=u["weight_norm"] > 0)
+            wn = u["weight_norm"]
+            values = np.divide(u["update_norm"], wn, out=np.full(len(steps), np.nan), where=wn > 0)
         else:
             steps, values = n.steps, n.update[kind]
     return pd.Series(values, index=pd.Index(steps, name="step"), name=finding.curve)

@@ -76,7 +76,7 @@ def read(store, run) -> Record:
             # A kill can cut between the facts of one update: keep the updates whose every fact is there.
             size = min(len(n.update.get(f, ())) for f in UPDATE)
             n.steps = steps_of(n.update[UPDATE[0]]["forward"][:size]) if size else n.steps
-            n.update = {f: np.ascontiguousarray(n.update[f]["value"][:size]) if f in n.update else np.empty(0) for f in UPDATE}
+            n.update = {f: np.ascontiguousarray(n.update[f]["value"][:size]) if size else np.empty(0) for f in UPDATE}
     loss = np.ascontiguousarray(loss_points["value"]) if loss_points is not None else np.empty(0)
     last = len(loss) - 1
     for n in nodes.values():

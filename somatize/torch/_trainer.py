@@ -86,7 +86,9 @@ class Trainer:
     them off.
     """
 
-    def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None, instruments=True):
+    def __init__(
+        self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None, instruments=True
+    ):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
