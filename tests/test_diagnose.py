@@ -183,9 +183,11 @@ def test_the_first_updates_are_all_recorded_then_one_in_every(tmp_path):
     from somatize.torch._instruments import EVERY, FIRST
 
     store = Store(tmp_path)
-    train(store, "r", steps=FIRST + 2 * EVERY + 1)
+    n = FIRST + 3 * EVERY
+    train(store, "r", steps=n)
     steps = record_curve(store, "r", "grad_norm/body").index.tolist()
-    assert steps == list(range(FIRST)) + [FIRST, FIRST + EVERY, FIRST + 2 * EVERY]
+    later = [s for s in range(FIRST, n) if s % EVERY == 0]
+    assert steps == list(range(FIRST)) + later and len(later) >= 3
     assert record_curve(store, "r", "out_zeros/head").index.tolist() == steps
 
 

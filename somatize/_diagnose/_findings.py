@@ -25,7 +25,7 @@ KINDS = (
 )
 
 DEFAULTS = {
-    "explode": 100.0,  # grad_norm above this many times its lowest of the `sustain` updates before
+    "explode": 100.0,  # grad_norm above this many times its lowest in the `sustain` steps before
     "vanish": 1e-6,  # grad_norm below this share of weight_norm
     "dying": 0.99,  # share of exact zeros in the output (or the gradient)
     "saturated": 0.5,  # share of a saturating output where its slope is under 2% of its peak
@@ -190,7 +190,7 @@ def _node(rec, n, t):
                 "update_norm/" + name, 0.0,
             ))
 
-    lows = _recent_low(gn, sustain)
+    lows = _recent_low(gn, steps, sustain)
     wild = ~np.isfinite(gn) | ((lows > 0) & (gn > t["explode"] * lows))
     if wild.any():
         at = int(np.flatnonzero(wild)[0])
@@ -204,7 +204,7 @@ def _node(rec, n, t):
             name, "exploding", int(steps[start]), rec.last,
             {"grad_norm": float(gn[at]), "rose_from": low, "at_step": int(steps[at])},
             {"explode": t["explode"], "sustain": sustain},
-            f"grad_norm is not finite, or above {t['explode']:g} x its lowest of the {sustain} recorded updates before",
+            f"grad_norm is not finite, or above {t['explode']:g} x its lowest in the {sustain} steps before",
             "grad_norm/" + name, t["explode"] * low if low > 0 else None,
         ))
         return out
@@ -236,11 +236,17 @@ def _node(rec, n, t):
     return out
 
 
-def _recent_low(values, w):
-    """For each record, the lowest finite value of the ``w`` records before it
-    (0 where there are none)."""
+def _recent_low(values, steps, w):
+    """For each record, the lowest finite value recorded in the ``w`` steps
+    before it, or at the record before it when records are sparser (0 where
+    there is none)."""
+    n = len(values)
     padded = np.concatenate([np.full(w, np.inf), np.where(np.isfinite(values), values, np.inf)])
-    lows = np.lib.stride_tricks.sliding_window_view(padded[:-1], w).min(axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(padded[:-1], w)  # row i: records i-w .. i-1
+    i = np.arange(n)
+    since = np.minimum(np.searchsorted(steps, steps - w, "left"), i - 1)  # first record in reach
+    reach = (i[:, None] - w + np.arange(w)) >= since[:, None]
+    lows = np.where(reach, windows, np.inf).min(axis=1) if n else np.empty(0)
     return np.where(np.isfinite(lows), lows, 0.0)
 
 
