@@ -87,6 +87,7 @@ def test_a_learning_rate_far_too_low_puts_the_update_ratio_below_its_band(tmp_pa
     assert set(low) == {"body", "head"}
     for f in low.values():
         assert (f.first, f.last) == (0, 199) and f.evidence["update_ratio"] < f.threshold["ratio"][0]
+    assert (None, "plateaued") in kinds(found)  # and so the loss does not move
     only(found, {("body", "ratio_low"), ("head", "ratio_low"), (None, "plateaued")})
 
 

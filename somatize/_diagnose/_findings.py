@@ -31,7 +31,7 @@ DEFAULTS = {
     "saturated": 0.5,  # share of a saturating output where its slope is under 2% of its peak
     "ratio": (1e-5, 0.3),  # the band of update_norm / weight_norm
     "diverge": 10.0,  # loss above this many times its first value
-    "plateau": 100,  # steps from the start without the loss falling by 1%
+    "plateau": 100,  # steps from the start without the loss falling by 10%
     "sustain": 10,  # recorded updates (or steps) in a row a condition must hold
 }
 
@@ -141,19 +141,19 @@ def _loss(rec, t):
             "loss", t["diverge"] * first if first else None,
         ))
         return out
-    w = max(t["sustain"], len(loss) // 50)
-    if len(loss) < t["plateau"] or len(loss) < 2 * w:
+    w = max(int(t["sustain"]), int(t["plateau"]) // 4)  # a mean over w steps: one lucky batch is not progress
+    if len(loss) < t["plateau"] + w:
         return out
-    means = np.convolve(loss, np.ones(w) / w, "valid")
-    target = 0.99 * means[0]
+    means = np.convolve(loss, np.ones(w) / w, "valid")  # means[i]: steps i .. i+w-1
+    target = 0.9 * means[0]
     below = np.flatnonzero(means < target)
-    stuck = int(below[0]) + w - 1 if len(below) else len(loss)
+    stuck = int(below[0]) if len(below) else len(loss)  # the first window below began there
     if stuck >= t["plateau"]:
         out.append(Finding(
             None, "plateaued", 0, stuck - 1,
             {"first_mean": float(means[0]), "best_mean": float(means.min()), "window": w},
             {"plateau": t["plateau"]},
-            f"the loss (mean of {w} steps) did not fall 1% below its start for {t['plateau']} steps or more",
+            f"the loss (mean of {w} steps) did not fall 10% below its start for {t['plateau']} steps or more",
             "loss", float(target),
         ))
     return out
