@@ -223,7 +223,7 @@ def test_the_update_ratio_curve_shows_the_threshold_that_decided(tmp_path):
     train(store, "r", lr=1e-8, kind="sgd", steps=40)
     f = next(f for f in somatize.diagnose(store, run="r") if f.kind == "ratio_low")
     shown = curve(store, "r", f)
-    assert shown.index.name == "step" and shown.index[0] == 0 and len(shown) >= 20
+    assert shown.index.name == "step" and shown.index[0] == 0 and len(shown) >= 10
     assert (shown < f.line).all()  # every point below the line drawn
     norms = record_curve(store, "r", f"update_norm/{f.node}") / record_curve(store, "r", f"weight_norm/{f.node}")
     assert shown.tolist() == norms.tolist()

@@ -64,6 +64,7 @@ RANK = {
 }
 UPWARD = {  # lazy imports for display, each with its reason
     ("_graph", "_widgets"): "a Graph shows its panel when displayed in a notebook",
+    ("_diagnose", "_widgets"): "a run's findings show their panel when displayed in a notebook",
 }
 
 

@@ -68,9 +68,30 @@ def _short(v):
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+class Findings(list):
+    """A run's findings, worst first: a list of ``Finding`` that a notebook
+    shows as the diagnosis panel (``_widgets/_diagnosis``)."""
+
+    def __init__(self, found, store, run):
+        super().__init__(found)
+        self.store, self.run = store, run
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .._widgets._diagnosis import diagnosis_bundle
+
+        return diagnosis_bundle(self)
+
+    def __repr__(self):
+        if not self:
+            return f"diagnose(run={self.run!r}): no finding"
+        head = f"diagnose(run={self.run!r}): {len(self)} finding(s), worst first"
+        return "\n".join([head] + [f"  {f}" for f in self])
+
+
 def diagnose(store, run, **thresholds) -> list:
     """The findings of run ``run`` of ``store``, worst first: a list of
-    ``Finding`` (empty: nothing found). Reads the record only, so a fresh
+    ``Finding`` (empty: nothing found; in a notebook it shows as a panel,
+    each finding beside the curve that shows it). Reads the record only, so a fresh
     process without the model gets the same list. Thresholds (keyword
     arguments, defaults in ``DEFAULTS``; why: docs/diagnosis.md): ``explode``,
     ``vanish``, ``dying``, ``saturated``, ``ratio`` (a (low, high) band),
@@ -83,7 +104,7 @@ def diagnose(store, run, **thresholds) -> list:
         found += _node(rec, node, t)
     rank = {k: i for i, k in enumerate(KINDS)}
     found.sort(key=lambda f: (rank[f.kind], f.first, f.node or ""))
-    return found
+    return Findings(found, store, run)
 
 
 def _thresholds(given):

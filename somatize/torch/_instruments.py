@@ -37,8 +37,8 @@ import torch
 from .._base.values import Opaque
 from ._weights import _node_params
 
-FIRST = 20  # updates recorded one by one at the start of a run
-EVERY = 25  # then one update in EVERY
+FIRST = 10  # updates recorded one by one at the start of a run
+EVERY = 40  # then one update in EVERY
 
 # grad_fn of a saturating output -> (low, high) bounds of the function
 _SATURATING = {
