@@ -25,7 +25,8 @@ KINDS = (
 )
 
 DEFAULTS = {
-    "explode": 100.0,  # grad_norm above this many times its lowest in the `sustain` steps before
+    "explode": 100.0,  # grad_norm above this many times its lowest in the `sustain` steps before,
+    "huge": 10.0,  # and above this many times weight_norm
     "vanish": 1e-6,  # grad_norm below this share of weight_norm
     "dying": 0.99,  # share of exact zeros in the output (or the gradient)
     "saturated": 0.5,  # share of a saturating output where its slope is under 2% of its peak
@@ -94,7 +95,7 @@ def diagnose(store, run, **thresholds) -> list:
     each finding beside the curve that shows it). Reads the record only, so a fresh
     process without the model gets the same list. Thresholds (keyword
     arguments, defaults in ``DEFAULTS``; why: docs/diagnosis.md): ``explode``,
-    ``vanish``, ``dying``, ``saturated``, ``ratio`` (a (low, high) band),
+    ``huge``, ``vanish``, ``dying``, ``saturated``, ``ratio`` (a (low, high) band),
     ``diverge``, ``plateau``, ``sustain``."""
     t = _thresholds(thresholds)
     rec = read(store, run)
@@ -212,7 +213,7 @@ def _node(rec, n, t):
             ))
 
     lows = _recent_low(gn, steps, sustain)
-    wild = ~np.isfinite(gn) | ((lows > 0) & (gn > t["explode"] * lows))
+    wild = ~np.isfinite(gn) | ((lows > 0) & (gn > t["explode"] * lows) & (gn > t["huge"] * wn))
     if wild.any():
         at = int(np.flatnonzero(wild)[0])
         low = float(lows[at])
@@ -223,9 +224,10 @@ def _node(rec, n, t):
             start -= 1
         out.append(Finding(
             name, "exploding", int(steps[start]), rec.last,
-            {"grad_norm": float(gn[at]), "rose_from": low, "at_step": int(steps[at])},
-            {"explode": t["explode"], "sustain": sustain},
-            f"grad_norm is not finite, or above {t['explode']:g} x its lowest in the {sustain} steps before",
+            {"grad_norm": float(gn[at]), "rose_from": low, "weight_norm": float(wn[at]), "at_step": int(steps[at])},
+            {"explode": t["explode"], "huge": t["huge"], "sustain": sustain},
+            f"grad_norm is not finite, or above {t['explode']:g} x its lowest in the {sustain} steps before "
+            f"and {t['huge']:g} x weight_norm",
             "grad_norm/" + name, t["explode"] * low if low > 0 else None,
         ))
         return out
