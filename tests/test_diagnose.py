@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from diagnosis_models import deep, train
 
 import somatize
@@ -19,7 +20,7 @@ from somatize._graph.watchers import INSTRUMENT_FACTS
 from somatize.record import curve as record_curve
 from somatize.record import facts
 
-from torch_models import built
+from torch_models import batches, built
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -237,3 +238,37 @@ def test_a_threshold_is_an_argument_that_changes_the_opinion(tmp_path):
     assert {f.kind for f in strict} == {"ratio_low"}
     with pytest.raises(SomatizeValueError, match="explod"):
         somatize.diagnose(store, run="r", exploding=3)
+
+
+def test_a_run_without_instruments_is_judged_on_its_loss_alone(tmp_path):
+    from somatize import Graph, Node, Recorder
+
+    class Noop(Node):
+        def forward(self, x, ctx):
+            return x
+
+    g = Graph.somatize(Noop())
+    with Recorder(tmp_path, run="forwards-only") as rec:
+        for i in range(5):
+            g.forward(i, watching=rec)
+    assert somatize.diagnose(tmp_path, run="forwards-only") == []
+    g = built(0)
+    with Recorder(tmp_path, run="no-instruments") as rec:
+        sgd = torch.optim.SGD(somatize.torch.parameters(g), lr=1.0)
+        t = somatize.torch.Trainer(g, torch.nn.functional.mse_loss, sgd, watching=rec, instruments=False)
+        with pytest.raises(somatize.torch.NonFiniteLoss):
+            for b in batches(50):
+                t.step(b)
+    (f,) = somatize.diagnose(tmp_path, run="no-instruments")  # no node's numbers: no node's finding
+    assert (f.node, f.kind, f.first) == (None, "diverged", 2)
+
+
+def test_diagnosing_writes_nothing(tmp_path):
+    train(Store(tmp_path), "r", steps=30)
+
+    def files():
+        return {(p, p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")}
+
+    before = files()
+    somatize.diagnose(tmp_path, run="r")
+    assert files() == before
