@@ -54,8 +54,8 @@ def test_the_reference_training_run(tmp_path):
     assert trainer.updates == 300
     assert "300" in shown(live)["text/html"]  # the steps it counted, in the picture
 
-    first = facts(store, run="a-run", forward=0)
-    assert {(f["fact"], f.get("node")) for f in first if f["fact"] in INSTRUMENT_FACTS} >= {
+    zero = facts(store, run="a-run", forward=0)
+    assert {(f["fact"], f.get("node")) for f in zero if f["fact"] in INSTRUMENT_FACTS} >= {
         ("grad_norm", "body"), ("update_norm", "head"), ("out_zeros", "head"),
     }  # recorded by default (the first updates always), for somatize.diagnose
     ten = [f for f in facts(store, run="a-run", forward=10) if f["fact"] not in INSTRUMENT_FACTS]
