@@ -272,3 +272,37 @@ def test_diagnosing_writes_nothing(tmp_path):
     before = files()
     somatize.diagnose(tmp_path, run="r")
     assert files() == before
+
+
+@pytest.mark.parametrize("bad", [
+    {"explode": "100"}, {"dying": -1}, {"ratio": (0.3, 1e-5)}, {"ratio": 0.1}, {"sustain": 2.5}, {"plateau": True},
+    {"vanish": float("nan")},
+])
+def test_a_threshold_that_is_not_a_positive_number_is_refused_naming_it(tmp_path, bad):
+    train(Store(tmp_path), "r", steps=5)
+    (name,) = bad
+    with pytest.raises(SomatizeValueError, match=f"{name}=") as e:
+        somatize.diagnose(tmp_path, run="r", **bad)
+    assert "like" in str(e.value)  # and what to write instead
+
+
+def test_a_forged_instrument_value_is_read_as_no_count_not_a_crash(tmp_path):
+    from somatize import Recorder
+
+    with Recorder(tmp_path, run="forged") as rec:
+        rec({"fact": "not_optimized", "node": "x", "value": float("nan")})
+        rec({"fact": "loss", "value": 1.0})
+    assert somatize.diagnose(tmp_path, run="forged") == []
+
+
+def test_the_curve_of_another_runs_finding_is_refused_naming_the_node(tmp_path):
+    from somatize._diagnose import curve
+
+    store = Store(tmp_path)
+    g = built(0)
+    train(store, "sick", g=g, params=g.node("body").parameters(), steps=20)
+    (f,) = somatize.diagnose(store, run="sick")
+    with somatize.Recorder(store, run="other") as rec:
+        rec({"fact": "loss", "value": 1.0})
+    with pytest.raises(somatize.SomatizeError, match="node 'head'"):
+        curve(store, "other", f)

@@ -9,11 +9,13 @@ docs/diagnosis.md.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .._base.errors import SomatizeValueError
+from .._base.errors import SomatizeKeyError, SomatizeValueError
 from ._read import read
 
 # worst first: a run that cannot continue, then a node that passes no gradient
@@ -116,14 +118,28 @@ def _thresholds(given):
             f"{', '.join(DEFAULTS)} (defaults: somatize._diagnose.DEFAULTS)"
         )
     t = {**DEFAULTS, **given}
-    lo, hi = t["ratio"]
-    if not 0 < lo < hi:
+    band = t["ratio"]
+    if not (isinstance(band, (tuple, list)) and len(band) == 2 and all(_positive(v) for v in band)
+            and band[0] < band[1]):
         raise SomatizeValueError(
-            f"ratio={t['ratio']!r}: give a band (low, high) with 0 < low < high, like ratio=(1e-5, 0.3)"
+            f"ratio={band!r:.60}: give a band (low, high) with 0 < low < high, like ratio=(1e-5, 0.3)"
         )
-    if int(t["sustain"]) < 1 or int(t["plateau"]) < 1:
-        raise SomatizeValueError("sustain= and plateau= count steps: give positive whole numbers, like sustain=10")
+    for name in ("sustain", "plateau"):
+        if not (_positive(t[name]) and float(t[name]).is_integer()):
+            raise SomatizeValueError(
+                f"{name}={t[name]!r:.60} counts steps: give a positive whole number, like {name}=10"
+            )
+        t[name] = int(t[name])
+    for name in ("explode", "huge", "vanish", "dying", "saturated", "diverge"):
+        if not _positive(t[name]):
+            raise SomatizeValueError(
+                f"{name}={t[name]!r:.60}: a threshold is a positive number, like {name}={DEFAULTS[name]!r}"
+            )
     return t
+
+
+def _positive(v):
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
 def _stretches(mask, need):
@@ -303,6 +319,11 @@ def curve(store, run, finding):
 
     rec = read(store, run)
     kind, _, node = finding.curve.partition("/")
+    if kind != "loss" and node not in rec.nodes:
+        raise SomatizeKeyError(
+            f"run {run!r} records no instruments for node {node!r} ({finding.curve}); "
+            f"give a finding of this run: curve(store, {run!r}, somatize.diagnose(store, run={run!r})[0])"
+        )
     if kind == "loss":
         values, steps = rec.loss, np.arange(len(rec.loss))
     else:

@@ -7,6 +7,7 @@ from memory), so the same record gives the same arrays in any process.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,8 +65,9 @@ def read(store, run) -> Record:
         points = r.series(name)
         n = nodes.setdefault(node, Node(node))
         if fact == "not_optimized":
-            if len(points):
-                n.not_optimized = int(points["value"][-1])
+            value = float(points["value"][-1]) if len(points) else 0.0
+            if math.isfinite(value) and value >= 1:  # a forged NaN or inf is no count
+                n.not_optimized = int(value)
                 n.since = int(steps_of(points["forward"][:1])[0])
         elif fact in OUTPUT:
             n.output[fact] = (steps_of(points["forward"]), np.ascontiguousarray(points["value"]))
