@@ -99,7 +99,7 @@ def test_healthy_runs_of_the_reference_model_give_no_finding(tmp_path, seed):
     assert somatize.diagnose(store, run="r") == []
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(10))
 def test_healthy_runs_of_a_six_node_model_give_no_finding(tmp_path, seed):
     store = Store(tmp_path)
     train(store, "r", g=deep(seed), seed=seed, kind="adam" if seed % 2 else "sgd", steps=200)
