@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.errors import WatcherError as WatcherError
     from ._base.values import Data as Data
     from ._base.values import Opaque as Opaque
+    from ._diagnose import diagnose as diagnose
     from ._graph.engine import Graph as Graph
     from ._graph.engine import Node as Node
     from ._store.store import Store as Store
@@ -34,6 +35,7 @@ _WHERE = {
     "Store": "._store.store",
     "StoreNotWritable": "._base.errors",
     "WatcherError": "._base.errors",
+    "diagnose": "._diagnose",
     "register_codec": "._base.codecs",
 }
 

@@ -59,11 +59,12 @@ RANK = {
     "_store": 1,
     "_graph": 2,
     "record": 3,
-    "torch": 4, "diagnose": 4,
+    "torch": 4, "_diagnose": 4,
     "_widgets": 5, "_server": 5, "cli": 5, "demo": 5, "__init__": 5,
 }
 UPWARD = {  # lazy imports for display, each with its reason
     ("_graph", "_widgets"): "a Graph shows its panel when displayed in a notebook",
+    ("_diagnose", "_widgets"): "a run's findings show their panel when displayed in a notebook",
 }
 
 

@@ -17,3 +17,4 @@ def test_the_tour_runs_and_says_what_it_claims(tmp_path, monkeypatch):
         "ran", "ran", "finished", "updated", "loss"]
     assert len(scope["curve"](scope["store"], run="first", name="loss")) == 300
     assert scope["live"].steps == 300
+    assert scope["somatize"].diagnose(scope["store"], run="first") == []  # as the tour says

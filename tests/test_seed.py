@@ -9,6 +9,7 @@ import torch
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Opaque, Recorder, Store
+from somatize._graph.watchers import INSTRUMENT_FACTS
 from somatize.record import Live, curve, facts, forwards, nodes, progress, spent
 from somatize.torch import Trainer, freeze, parameters
 
@@ -55,7 +56,11 @@ def test_the_reference_training_run(tmp_path):
     assert trainer.updates == 300
     assert "300" in shown(live)["text/html"]  # the steps it counted, in the picture
 
-    ten = facts(store, run="a-run", forward=10)
+    zero = facts(store, run="a-run", forward=0)
+    assert {(f["fact"], f.get("node")) for f in zero if f["fact"] in INSTRUMENT_FACTS} >= {
+        ("grad_norm", "body"), ("update_norm", "head"), ("out_zeros", "head"),
+    }  # recorded by default (the first updates always), for somatize.diagnose
+    ten = [f for f in facts(store, run="a-run", forward=10) if f["fact"] not in INSTRUMENT_FACTS]
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
         ("trainer_us", None),

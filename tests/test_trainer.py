@@ -10,6 +10,7 @@ import torch
 import somatize.torch  # noqa: F401
 from somatize import Data, Graph, Node, Opaque, Recorder, SomatizeError, Store
 from somatize._base.errors import WatcherError
+from somatize._graph.watchers import INSTRUMENT_FACTS
 from somatize.record import facts, forwards, spent
 from somatize.torch import NonFiniteLoss, Trainer, parameters
 
@@ -26,7 +27,9 @@ def trainer(g=None, **kw):
 
 
 def names(seen):
-    return [(f["fact"], f.get("node")) for f in seen]
+    """(fact, node) of the engine's and the Trainer's own facts (the
+    instruments' are tested in tests/test_diagnose.py)."""
+    return [(f["fact"], f.get("node")) for f in seen if f["fact"] not in INSTRUMENT_FACTS]
 
 
 def test_facts_of_a_step_follow_the_engines_and_are_typed():
@@ -36,6 +39,12 @@ def test_facts_of_a_step_follow_the_engines_and_are_typed():
     assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
                            ("trainer_us", None)]
     assert seen[-2] == {"fact": "loss", "value": value} and isinstance(value, float)
+
+
+def test_instruments_false_records_none_of_them():
+    seen = []
+    trainer(watching=seen.append, instruments=False).step(batches(1)[0])
+    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 6
 
 
 @pytest.mark.parametrize("micro", [1, 2])
@@ -103,8 +112,8 @@ def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
     t = trainer(micro=2, watching=recorder)
     values = [t.step(b) for b in batches(3)]
     # forwards count from 0; with micro=2 step k ends with forward 2k+1
-    assert [f["fact"] for f in facts(store, run="r", forward=2)] == ["ran", "ran", "finished"]
-    last = facts(store, run="r", forward=5)
+    assert [f for f, _ in names(facts(store, run="r", forward=2))] == ["ran", "ran", "finished"]
+    last = [f for f in facts(store, run="r", forward=5) if f["fact"] not in INSTRUMENT_FACTS]
     assert [f["fact"] for f in last] == ["ran", "ran", "finished", "updated", "loss", "trainer_us"]
     assert last[-2]["value"] == values[2]
 

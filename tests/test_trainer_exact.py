@@ -32,12 +32,14 @@ def agree(trainer, oracle):
             close(s_got[i][k], s_want[i][k])
 
 
-def run(kind, dtype, every=1, micro=1, clip=None, groups=((64,),) * 5, flush=True):
+def run(kind, dtype, every=1, micro=1, clip=None, groups=((64,),) * 5, flush=True, watching=None):
     """Train with the Trainer on `groups` of batches (each group a tuple of
     batch sizes) and with the oracle on each group concatenated."""
     g = built(dtype=dtype)
     oracle = Oracle(g, kind, clip=clip)
-    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer(kind, g), every=every, micro=micro, clip=clip)
+    trainer = Trainer(
+        g, objective=MSE, optimizer=trained_optimizer(kind, g), every=every, micro=micro, clip=clip, watching=watching
+    )
     seed = 10
     for sizes in groups:
         group = [batches(1, n=n, dtype=dtype, seed=(seed := seed + 1))[0] for n in sizes]
@@ -58,6 +60,22 @@ DTYPES = [torch.float64, torch.float32]
 @pytest.mark.parametrize("kind", KINDS)
 def test_plain_steps_match_the_oracle(kind, dtype):
     agree(*run(kind, dtype))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [{}, {"every": 2, "micro": 2}, {"clip": 0.5}])
+def test_the_instruments_on_change_nothing_the_oracle_computes(kind, shape):
+    """Watched, the Trainer records its instruments on every update (norms,
+    a copy of the weights, output statistics): the training is still the
+    hand-written loop's, bit for bit in float32."""
+    seen = []
+    groups = ((64, 64),) * 4 if "every" in shape else ((64,),) * 8
+    trainer, oracle = run(kind, torch.float32, groups=groups, watching=seen.append, **shape)
+    assert {"grad_norm", "update_norm", "out_zeros"} <= {f["fact"] for f in seen}
+    want = oracle.weights()
+    for node, named in trainer.export().items():
+        for k, t in named.items():
+            close(t, want[node][k], atol=0) if not shape else close(t, want[node][k])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -128,7 +146,8 @@ def test_close_group_tells_the_watchers_it_updated_after_the_last_steps_facts():
         trainer.step(b)
     assert "updated" not in [f["fact"] for f in seen]
     trainer.close_group()
-    assert [f["fact"] for f in seen[-3:]] == ["loss", "trainer_us", "updated"]
+    said = [f["fact"] for f in seen if f["fact"] in ("loss", "trainer_us", "updated")]  # not the instruments'
+    assert said[-3:] == ["loss", "trainer_us", "updated"]
     trainer.close_group()  # nothing open: nothing said
     assert [f["fact"] for f in seen].count("updated") == 1
 

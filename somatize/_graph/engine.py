@@ -162,8 +162,9 @@ class Graph:
         if w.all:
             w.forward_began()
             emit = w.emit
+            hook = w.output
         else:
-            emit = None
+            emit = hook = None
 
         # A chain hands each node the output of the one before; only a graph
         # that fans out keeps every output in a slot (cheaper, measured).
@@ -182,6 +183,8 @@ class Graph:
                 v = _run_cached(step, arg, store, emit, start)
             else:
                 v = _run(step, arg, emit, start)
+            if hook is not None:
+                hook(step.name, v)
             if fan:
                 slots[step.slot] = v
         out = _gather(self._out, slots) if fan else v.value if v.__class__ is Opaque else v

@@ -17,7 +17,11 @@ from .._base.errors import SomatizeTypeError, WatcherError
 
 ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
 TRAINER_FACTS = ("updated", "loss", "trainer_us")
-RESERVED = frozenset(ENGINE_FACTS + TRAINER_FACTS)
+# The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
+INSTRUMENT_FACTS = (
+    "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",
+)
+RESERVED = frozenset(ENGINE_FACTS + TRAINER_FACTS + INSTRUMENT_FACTS)
 
 
 class Watchers:
@@ -28,11 +32,17 @@ class Watchers:
     out of). ``forward_began()`` tells each watcher that defines it that a
     forward begins. Every watcher is handed the same dict, which it must not
     change.
+
+    ``output``: None, or a callable ``output(node_name, value)`` the engine
+    calls with each node's output as it hands it on (after the edge's check),
+    in a forward that is watched. The Trainer sets it on the steps its
+    instruments record; unset, it costs one test per node.
     """
 
-    __slots__ = ("all", "_began", "emit")
+    __slots__ = ("all", "_began", "emit", "output")
 
     def __init__(self, watching, where="watching="):
+        self.output = None
         self.all = _checked(watching)
         self._began = tuple(b for b in (getattr(w, "forward_began", None) for w in self.all) if b is not None)
         self.emit = _emitter(self.all, where)

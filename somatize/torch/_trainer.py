@@ -53,6 +53,7 @@ from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers
+from ._instruments import Instruments, due
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 
@@ -79,9 +80,16 @@ class Trainer:
     A frozen node whose torch side is not frozen yet (gradients on, or no
     weights digest) is frozen here with ``freeze(g)``; an optimizer holding
     a frozen node's parameters is refused.
+
+    ``instruments=True`` (when watched): gradient, weight and update norms
+    per node, and statistics of each node's output, recorded for
+    ``somatize.diagnose`` (see ``_instruments``); ``instruments=False`` turns
+    them off.
     """
 
-    def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None):
+    def __init__(
+        self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None, instruments=True
+    ):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -119,6 +127,7 @@ class Trainer:
         if not_frozen_in_torch(g):
             freeze(g)
         self._params = params
+        self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
         self.steps = 0  # steps begun, counted from 0 in error messages
@@ -137,6 +146,8 @@ class Trainer:
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
+        if self._instruments is not None:
+            self._instrument()
         try:
             if self._fast:
                 loss = self.objective(self._forward(x), y)
@@ -210,9 +221,14 @@ class Trainer:
         self._update()
 
     def _update(self):
+        probe = self._instruments if self._instruments is not None and due(self.updates) else None
+        if probe is not None:
+            probe.before_update()
         if self.clip is not None:
             torch.nn.utils.clip_grad_norm_(self._params, self.clip)
         self.optimizer.step()
+        if probe is not None:
+            probe.after_update()
         self.optimizer.zero_grad()
         self.updates += 1
         self._open = self._group_n = 0
@@ -271,6 +287,14 @@ class Trainer:
         out = self._graph_forward(Opaque(x), self.store, self._watchers)
         self._in_graph += perf_counter_ns() - t
         return out
+
+    def _instrument(self):
+        """Before a step: the run's first facts once, and the outputs hook on
+        the steps whose update is recorded."""
+        inst = self._instruments
+        if not inst.started:
+            inst.start()
+        self._watchers.output = inst.output if due(self.updates) else None
 
     def _value(self, loss, index):
         if not isinstance(loss, torch.Tensor) or loss.ndim != 0:

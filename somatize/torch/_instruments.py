@@ -1,0 +1,144 @@
+"""Instruments: what the Trainer records so that a run can be diagnosed from
+its record alone (``somatize.diagnose``; why each one: docs/diagnosis.md).
+
+The rule kept here: measure, never judge, and never change the arithmetic.
+Every number is read from tensors under ``torch.no_grad()`` (norms, counts,
+one copy of the weights before the update); the update itself is the
+optimizer's, untouched, so the Trainer stays exact to a hand-written loop.
+
+Facts, each ``{"fact": <name>, "node": <node>, "value": <number>}`` (reserved
+in ``_graph/watchers.py``; each lands in the series ``<name>/<node>``):
+
+- at the start of the run, for each node that is not frozen and holds
+  parameters that take gradients but that the optimizer does not hold:
+  ``not_optimized`` (value: how many entries);
+- per recorded update, for each node that is not frozen and holds parameters
+  taking gradients: ``grad_norm`` (L2 norm of its gradients as the update
+  sees them, before ``clip``), ``weight_norm`` (L2 norm of its weights before
+  the update), ``update_norm`` (L2 norm of the change the update made),
+  ``grad_zeros`` (share of gradient entries exactly 0; a parameter with no
+  gradient counts as all zeros);
+- per recorded step, for each node whose output is a floating tensor:
+  ``out_zeros`` (share of entries exactly 0) and, when the output comes out
+  of a saturating function (sigmoid, tanh, hardtanh: read from its
+  ``grad_fn``), ``out_saturated`` (share of entries where that function's
+  slope is under 2% of its peak: within 0.5% of its range from a bound).
+
+Which updates: the first ``FIRST`` always (a run that blows up in its third
+step is diagnosed), then one in ``EVERY`` (the cost stays under 3% of a step;
+measured: bench/RESULTS.md, Diagnosis). A step is recorded when the update
+count at its start is due, so its outputs and its update are measured together.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._base.values import Opaque
+from ._weights import _node_params
+
+FIRST = 10  # updates recorded one by one at the start of a run
+EVERY = 40  # then one update in EVERY
+
+# grad_fn of a saturating output -> (low, high) bounds of the function
+_SATURATING = {
+    "SigmoidBackward0": (0.0, 1.0),
+    "TanhBackward0": (-1.0, 1.0),
+    "HardtanhBackward0": (-1.0, 1.0),
+    "HardsigmoidBackward0": (0.0, 1.0),
+}
+NEAR = 0.005  # share of the range from a bound where the slope is < 2% of its peak (sigmoid, tanh)
+
+
+def due(updates):
+    """Whether the update numbered ``updates`` (from 0) is recorded."""
+    return updates < FIRST or updates % EVERY == 0
+
+
+class Instruments:
+    """The instruments of one Trainer: which parameters are measured, node
+    by node, and the facts each recorded update and step hands over."""
+
+    def __init__(self, g, optimizer, emit):
+        self.emit = emit
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self.nodes, self.params, self.missing = [], [], []
+        seen = set()
+        for node in g.nodes:
+            if node.is_frozen:
+                continue
+            mine = [p for p in _node_params(node) if p.requires_grad and id(p) not in seen]
+            seen.update(id(p) for p in mine)
+            if not mine:
+                continue
+            self.nodes.append((node.name, len(self.params), len(self.params) + len(mine)))
+            self.params.extend(mine)
+            loose = sum(p.numel() for p in mine if id(p) not in held)
+            if loose:
+                self.missing.append((node.name, loose))
+        self.sizes = [p.numel() for p in self.params]
+        self.one_dtype = len({p.dtype for p in self.params}) <= 1
+        self.started = False
+        self._before = None
+        self._grads = None
+
+    def start(self):
+        """The run's first facts: the parameters nobody updates."""
+        self.started = True
+        for name, loose in self.missing:
+            self.emit({"fact": "not_optimized", "node": name, "value": loose})
+
+    def output(self, name, value):
+        """The engine's hook (``Watchers.output``): one node's output as it is
+        handed on."""
+        t = value.value if value.__class__ is Opaque else value
+        if t.__class__ is not torch.Tensor or not t.is_floating_point() or not t.numel():
+            return
+        with torch.no_grad():
+            n = t.numel()
+            emit = self.emit
+            emit({"fact": "out_zeros", "node": name, "value": 1.0 - int(torch.count_nonzero(t)) / n})
+            bounds = _SATURATING.get(type(t.grad_fn).__name__)
+            if bounds is not None:
+                lo, hi = bounds
+                mid, half = (lo + hi) / 2, (hi - lo) / 2
+                near = int(torch.count_nonzero((t - mid).abs_() >= half * (1 - 2 * NEAR)))
+                emit({"fact": "out_saturated", "node": name, "value": near / n})
+
+    def before_update(self):
+        """Gradients and weights, read before the optimizer moves anything."""
+        if not self.params:
+            return
+        with torch.no_grad():
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            self._before = [p.clone() for p in self.params]
+            self._grads = (
+                torch._foreach_norm(grads),
+                torch._foreach_norm(self._before),
+                [torch.count_nonzero(g_) for g_ in grads],
+            )
+
+    def after_update(self):
+        """The change the update made; hands over the update's facts."""
+        if self._grads is None:
+            return
+        with torch.no_grad():
+            moved = torch._foreach_norm(torch._foreach_sub(self.params, self._before))
+            gn, wn, nz = self._grads
+            norms = [*gn, *wn, *moved]
+            if not self.one_dtype:  # torch.stack takes one dtype; converting each costs ~4 µs a tensor
+                norms = [t.double() for t in norms]
+            flat = torch.stack(norms).tolist() + torch.stack(nz).tolist()
+        self._before = self._grads = None
+        k = len(self.params)
+        emit = self.emit
+        for name, a, b in self.nodes:
+            size = sum(self.sizes[a:b])
+            emit({"fact": "grad_norm", "node": name, "value": _root(flat[a:b])})
+            emit({"fact": "weight_norm", "node": name, "value": _root(flat[k + a:k + b])})
+            emit({"fact": "update_norm", "node": name, "value": _root(flat[2 * k + a:2 * k + b])})
+            emit({"fact": "grad_zeros", "node": name, "value": 1.0 - sum(flat[3 * k + a:3 * k + b]) / size})
+
+
+def _root(norms):
+    return sum(x * x for x in norms) ** 0.5
