@@ -62,7 +62,7 @@ def default_name() -> str:
 
 
 class Recorder:
-    """``Recorder(store, run=None, summarising=["loss"], resume=False)``.
+    """``Recorder(store, run=None, summarising=["loss"], resume=False, config=None)``.
 
     A watcher: hand it to ``watching=``. ``run=None`` names the run after the
     moment it began plus a random suffix (``run-20260131-142502-3f9a``), so two
@@ -72,9 +72,16 @@ class Recorder:
     belong to that forward; facts before the first ``forward_began()`` belong
     to forward 0.
 
+    ``config``: the run's configuration (a dict of JSON-like values: the
+    learning rate, the layer sizes, the seed), kept in its summary and shown
+    as ``config.<key>`` columns by ``runs(store)`` and ``somatize runs``; a
+    value JSON cannot hold is refused, the error naming its key.
+
     ``resume=True`` continues a finished or interrupted run, numbering on from
-    its last forward; a run another Recorder of this process is recording (a
-    notebook cell run again) is taken over: that Recorder is closed first.
+    its last forward; its config is the one recorded: omit ``config=``, or
+    give the same (a different one is refused: it would be another run). A
+    run another Recorder of this process is recording (a notebook cell run
+    again) is taken over: that Recorder is closed first.
     ``flush()`` returns once every fact handed over is on disk; ``close()``
     (also at exit, and leaving a ``with`` block) marks the run finished; a
     ``with`` block left by an exception marks it interrupted.
@@ -85,7 +92,7 @@ class Recorder:
     (bench/RESULTS.md); the run then lists as interrupted.
     """
 
-    def __init__(self, store, run=None, summarising=("loss",), resume=False):
+    def __init__(self, store, run=None, summarising=("loss",), resume=False, config=None):
         if isinstance(summarising, str):
             summarising = [summarising]
         try:
@@ -98,8 +105,10 @@ class Recorder:
                     f"summarising= takes the names of facts to summarise, like "
                     f"summarising=['loss']; got {name!r:.60} in it"
                 )
+        if config is not None:
+            config = _summary.config_json(config)  # before anything is written
         if run is not None:
-            checked_name(run)  # before anything is written
+            checked_name(run)
         root = store_root(store, create=True)
         if run is None:
             run = default_name()
@@ -143,7 +152,7 @@ class Recorder:
                 )
             try:
                 self._lock_fd = _lock_or_refuse(root, folder, run)
-                self._open(root, run, list(summarising), resume)
+                self._open(root, run, list(summarising), resume, config)
             except _files.NotAFile as e:
                 self._release()
                 raise DamagedError(f"run {run!r}: {e}; move it away or record into another run") from None
@@ -327,7 +336,7 @@ class Recorder:
                 sync_dir(full.parent)
         return fd
 
-    def _open(self, root, run, summarising, resume):
+    def _open(self, root, run, summarising, resume, config):
         try:
             old = load_summary(self.folder)
         except _summary.Broken as e:
@@ -350,12 +359,16 @@ class Recorder:
                     f"run {run!r} has facts but no readable {SUMMARY} in {self.folder}: "
                     f"run `somatize check {root}` and record into a new run"
                 )
+            if config is not None and _canonical(config) != _canonical(old["config"]):
+                raise SomatizeValueError(_config_differs(run, old["config"], config))
             replay, self._hashers = _recovery.recover(self.folder, old, run)
         else:
             old, replay = None, []
             self._hashers = {INDEX: xxhash.xxh3_64()}
         now = time.time()
         summary = old or _summary.new(run, now)
+        if old is None and config is not None:
+            summary["config"] = config
         summary.update(run=run, state="running", pid=self._pid, host=socket.gethostname(), updated=now)
         for name in summarising:
             summary["summarising"].setdefault(name, {"count": 0, "first": None, "last": None, "min": None, "max": None})
@@ -460,6 +473,24 @@ def _free_name(root, run):
     while f"{run}-{n}" in taken:
         n += 1
     return f"{run}-{n}"
+
+
+def _canonical(value) -> bytes:
+    """JSON with sorted keys: 1 and 1.0, or True and 1, are different configs."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _config_differs(run, recorded, given) -> str:
+    keys = sorted(k for k in {*recorded, *given}
+                  if k not in recorded or k not in given or _canonical(recorded[k]) != _canonical(given[k]))
+    shown = ", ".join(f"{k!r}: recorded {recorded.get(k, 'nothing')!r:.40}, given {given.get(k, 'nothing')!r:.40}"
+                      for k in keys[:5])
+    return (
+        f"run {run!r} was recorded with another config ({shown}{' …' if len(keys) > 5 else ''}): "
+        f"a run has one config. Continue it with Recorder(store, run={run!r}, resume=True) "
+        f"without config= (it keeps the recorded one), or record the new config as a new run"
+    )
+
 
 
 def _lock_or_refuse(root, folder, run):
