@@ -218,6 +218,49 @@ class Recorder:
                 self._release()
         self._raise_if_unusable(closed_ok=True)
 
+    # -- a training resumed from kept state ---------------------------------
+
+    @property
+    def forwards(self) -> int:
+        """How many forwards the run holds so far, the ones not yet flushed included."""
+        return self._view().summary["forwards"]
+
+    def rewind(self, forwards: int) -> None:
+        """Drop the facts of forward ``forwards`` on, durably, and number on
+        from there: a training resumed from state kept after that many
+        forwards does them again, and the run reads as one, with no forward
+        twice (``Trainer`` calls it when it resumes). Refuses to go forward."""
+        if isinstance(forwards, bool) or not isinstance(forwards, int) or forwards < 0:
+            raise SomatizeTypeError(f"rewind(forwards) takes a count of forwards (an int >= 0); got {forwards!r:.40}")
+        self.flush()
+        with self._flush_lock:
+            self._raise_if_unusable()
+            have = self._summary["forwards"]
+            if forwards > have:
+                raise SomatizeValueError(
+                    f"run {self.run!r} holds {have} forwards, fewer than the {forwards} to rewind to: "
+                    f"this record is not the one the state was kept with; resume into the run it was "
+                    f"kept with, or start the training again"
+                )
+            if forwards == have:
+                return
+            for fd in self._fds.values():  # the series and the index are replaced: open them again
+                os.close(fd)
+            self._fds.clear()
+            try:
+                head, self._hashers = _recovery.cut(self.folder, self._summary, self.run, forwards)
+                self._write_summary()
+                _recovery.truncate(self.folder / LOG, self._summary["log_bytes"])
+                self._log_bytes = self._summary["log_bytes"]
+                if head:
+                    batch = _Batch()
+                    self._absorb(head, batch)
+                    self._commit(batch)
+            except BaseException as e:
+                self._fail(e)
+                self._raise_if_unusable()
+            self._forward, self._has_facts = max(forwards - 1, 0), forwards > 0
+
     def __enter__(self):
         return self
 
