@@ -56,17 +56,18 @@ _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def default_name() -> str:
-    """A run name that sorts by when it began and does not collide:
-    ``run-20260131-142502-3f9a``."""
-    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    """A run name that sorts by when it began: ``run-20260131-142502-3f9a0c1e``
+    (the Recorder claims it by making its folder, so two never collide)."""
+    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(4)
 
 
 class Recorder:
     """``Recorder(store, run=None, summarising=["loss"], resume=False, config=None)``.
 
     A watcher: hand it to ``watching=``. ``run=None`` names the run after the
-    moment it began plus a random suffix (``run-20260131-142502-3f9a``), so two
-    Recorders never collide; ``recorder.run`` (and its repr) says the name.
+    moment it began plus a random suffix (``run-20260131-142502-3f9a0c1e``),
+    claimed by making its folder, so two Recorders never collide, in any
+    process; ``recorder.run`` (and its repr) says the name.
     Forwards count from 0; facts that arrive after a forward's ``finished``
     and before the next forward begins (the Trainer's ``loss``, ``updated``)
     belong to that forward; facts before the first ``forward_began()`` belong
@@ -110,20 +111,26 @@ class Recorder:
         if run is not None:
             checked_name(run)
         root = store_root(store, create=True)
-        if run is None:
-            run = default_name()
-            while os.path.lexists(root / "runs" / run):  # the same second, the same suffix: rare
+        named = run is not None
+        while True:
+            if not named:
                 run = default_name()
-        folder = run_folder(root, run)
-        runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
-        problem = folder_problem(folder) or folder_problem(folder / SERIES)
-        if problem is not None:
-            raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
-        try:  # following no link on the way; durable from its first fact
-            made = ensure_dirs(root, ("runs", run, SERIES))
-        except Refused as e:
-            raise DamagedError(f"run {run!r}: {folder / SERIES} cannot be made ({e}); "
-                               "move it away or record into another run") from None
+            folder = run_folder(root, run)
+            runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
+            problem = folder_problem(folder) or folder_problem(folder / SERIES)
+            if problem is not None and named:
+                raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
+            try:  # following no link on the way; durable from its first fact
+                made = None if problem else ensure_dirs(root, ("runs", run, SERIES))
+            except Refused as e:
+                if not named:
+                    continue
+                raise DamagedError(f"run {run!r}: {folder / SERIES} cannot be made ({e}); "
+                                   "move it away or record into another run") from None
+            # A name of our own is claimed by making its folder: of processes
+            # drawing the same one, only one makes it; the others draw again.
+            if named or (made is not None and root / "runs" in made):
+                break
         for changed in made:
             sync_dir(changed)
         self.run = run
