@@ -53,28 +53,53 @@ def _whole(value) -> str:
     return f"{value:,}" if isinstance(value, int) else _number(value)
 
 
-SHOWN = 6  # summarised facts shown as columns; more would not fit a terminal
+SHOWN = 6  # summarised facts (and, apart, config keys) shown as columns; more would not fit a terminal
+WIDE = 24  # characters of a config value shown; longer ones end in "…"
+
+
+def _setting(value) -> str:
+    """A config value in a cell: numbers as the other columns, the rest as JSON."""
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value).lower()
+    if isinstance(value, (int, float)):
+        return _number(value)
+    if isinstance(value, str):
+        text = value
+    else:
+        import orjson
+
+        text = orjson.dumps(value).decode()
+    return text if len(text) <= WIDE else text[: WIDE - 1] + "…"
 
 
 def runs_table(path) -> str:
     """The text ``somatize runs`` prints: one line per run, a damaged run
-    marked "damaged" with why below the table. Linear in the runs and their
-    summarised facts."""
+    marked "damaged" with why below the table. Columns: the run, its state,
+    counts, its config (``config.<key>``, as ``somatize.record.runs`` names
+    them), the last value of each summarised fact, when it was updated.
+    Linear in the runs and their summarised facts."""
     from .record._runs import summaries
+    from .record._summary import config_columns
 
     rows = summaries(Path(path))
     if not rows:
         return f"no runs in {path} yet"
     names: dict = {}
+    keys: dict = {}
+    configs = []
     for row in rows:
         for name in row.get("summarising", {}):
             names.setdefault(name, None)
+        configs.append(config_columns(row.get("config") or {}))
+        keys.update(dict.fromkeys(configs[-1]))
     more = max(0, len(names) - SHOWN)
     names = list(names)[:SHOWN]
+    more_keys = max(0, len(keys) - SHOWN)
+    keys = list(keys)[:SHOWN]
     now = time.time()
-    head = ["run", "state", "forwards", "facts", *names, "updated"]
+    head = ["run", "state", "forwards", "facts", *keys, *names, "updated"]
     lines = [head]
-    for row in rows:
+    for row, config in zip(rows, configs):
         stats = row.get("summarising", {})
         lines.append(
             [
@@ -82,17 +107,20 @@ def runs_table(path) -> str:
                 row["state"],
                 _whole(row.get("forwards")),
                 _whole(row.get("facts")),
+                *(_setting(config[k]) if k in config else "" for k in keys),
                 *(_number(stats.get(n, {}).get("last")) for n in names),
                 _ago(row.get("updated"), now),
             ]
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    right = {2, 3, *range(4, 4 + len(names))}
+    right = {2, 3, *range(4, 4 + len(keys) + len(names))}
     out = [
         "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
                   for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
         for line in lines
     ]
+    if more_keys:
+        out.append(f"({more_keys:,} more config keys not shown: somatize.record.runs(store) has them all)")
     if more:
         out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
     for row in rows:

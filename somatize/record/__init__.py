@@ -10,7 +10,7 @@ A query sees every fact this process handed to a Recorder so far: the facts
 not yet flushed are read from the Recorder's memory (a query never makes it
 write). Another process sees them once that Recorder's background flush ran
 (every 0.25 s). ``Recorder(store)`` without ``run=`` names the run after the
-moment it began plus a random suffix (``run-20260131-142502-3f9a``); the name
+moment it began plus a random suffix (``run-20260131-142502-3f9a0c1e``); the name
 is ``recorder.run``.
 
 What a kill -9 loses: at most the facts handed over since the last completed

@@ -29,7 +29,7 @@ from .._base.errors import (
     SomatizeValueError,
 )
 from .._store import files as _store_files
-from . import _files, _log
+from . import _files, _log, _summary
 from ._runs import (
     INDEX,
     LOG,
@@ -341,22 +341,34 @@ def nodes(store, run):
 def runs(store):
     """A pandas DataFrame, one row per run of the store: ``run``, ``state``
     (running, finished, interrupted, or damaged), ``forwards``, ``facts``,
-    ``started``, ``updated``, ``host``, ``pid``, and for each summarised fact
-    its last value and ``<name>_min``; a ``problem`` column says why a
-    damaged run is damaged. Reads the summaries, no facts. (``Store.runs()``
-    returns only the names, sorted.)"""
+    ``started``, ``updated``, ``host``, ``pid``, one ``config.<key>`` column
+    per key of the runs' configs (``Recorder(..., config=...)``; a nested dict
+    flattened as ``config.optim.lr``; empty where a run has no such key), and
+    for each summarised fact its last value and ``<name>_min``; a ``problem``
+    column says why a damaged run is damaged. Reads the summaries, no facts.
+    (``Store.runs()`` returns only the names, sorted.)"""
     import pandas as pd
 
+    fixed = ["run", "state", "forwards", "facts", "started", "updated", "host", "pid"]
     rows = []
+    configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance
+    stats_columns: dict = {}
     for s in summaries(store):
-        row = {k: s.get(k) for k in ("run", "state", "forwards", "facts", "started", "updated", "host", "pid")}
+        row = {k: s.get(k) for k in fixed}
+        config = _summary.config_columns(s.get("config") or {})
+        row.update(config)
+        configs.update(dict.fromkeys(config))
         for name, stats in s.get("summarising", {}).items():
             row[name] = stats.get("last")
             row[f"{name}_min"] = stats.get("min")
+            stats_columns.update(dict.fromkeys((name, f"{name}_min")))
         if "problem" in s:
             row["problem"] = s["problem"]
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=None if rows else ["run", "state", "forwards", "facts"])
+    columns = [*fixed, *configs, *(c for c in stats_columns if c not in configs)]
+    if any("problem" in row for row in rows):
+        columns.append("problem")
+    frame = pd.DataFrame(rows, columns=columns if rows else ["run", "state", "forwards", "facts"])
     for when in ("started", "updated"):
         if when in frame:
             frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT

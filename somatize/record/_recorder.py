@@ -56,25 +56,33 @@ _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def default_name() -> str:
-    """A run name that sorts by when it began and does not collide:
-    ``run-20260131-142502-3f9a``."""
-    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    """A run name that sorts by when it began: ``run-20260131-142502-3f9a0c1e``
+    (the Recorder claims it by making its folder, so two never collide)."""
+    return time.strftime("run-%Y%m%d-%H%M%S-") + secrets.token_hex(4)
 
 
 class Recorder:
-    """``Recorder(store, run=None, summarising=["loss"], resume=False)``.
+    """``Recorder(store, run=None, summarising=["loss"], resume=False, config=None)``.
 
     A watcher: hand it to ``watching=``. ``run=None`` names the run after the
-    moment it began plus a random suffix (``run-20260131-142502-3f9a``), so two
-    Recorders never collide; ``recorder.run`` (and its repr) says the name.
+    moment it began plus a random suffix (``run-20260131-142502-3f9a0c1e``),
+    claimed by making its folder, so two Recorders never collide, in any
+    process; ``recorder.run`` (and its repr) says the name.
     Forwards count from 0; facts that arrive after a forward's ``finished``
     and before the next forward begins (the Trainer's ``loss``, ``updated``)
     belong to that forward; facts before the first ``forward_began()`` belong
     to forward 0.
 
+    ``config``: the run's configuration (a dict of JSON-like values: the
+    learning rate, the layer sizes, the seed), kept in its summary and shown
+    as ``config.<key>`` columns by ``runs(store)`` and ``somatize runs``; a
+    value JSON cannot hold is refused, the error naming its key.
+
     ``resume=True`` continues a finished or interrupted run, numbering on from
-    its last forward; a run another Recorder of this process is recording (a
-    notebook cell run again) is taken over: that Recorder is closed first.
+    its last forward; its config is the one recorded: omit ``config=``, or
+    give the same (a different one is refused: it would be another run). A
+    run another Recorder of this process is recording (a notebook cell run
+    again) is taken over: that Recorder is closed first.
     ``flush()`` returns once every fact handed over is on disk; ``close()``
     (also at exit, and leaving a ``with`` block) marks the run finished; a
     ``with`` block left by an exception marks it interrupted.
@@ -85,7 +93,7 @@ class Recorder:
     (bench/RESULTS.md); the run then lists as interrupted.
     """
 
-    def __init__(self, store, run=None, summarising=("loss",), resume=False):
+    def __init__(self, store, run=None, summarising=("loss",), resume=False, config=None):
         if isinstance(summarising, str):
             summarising = [summarising]
         try:
@@ -98,23 +106,31 @@ class Recorder:
                     f"summarising= takes the names of facts to summarise, like "
                     f"summarising=['loss']; got {name!r:.60} in it"
                 )
+        if config is not None:
+            config = _summary.config_json(config)  # before anything is written
         if run is not None:
-            checked_name(run)  # before anything is written
+            checked_name(run)
         root = store_root(store, create=True)
-        if run is None:
-            run = default_name()
-            while os.path.lexists(root / "runs" / run):  # the same second, the same suffix: rare
+        named = run is not None
+        while True:
+            if not named:
                 run = default_name()
-        folder = run_folder(root, run)
-        runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
-        problem = folder_problem(folder) or folder_problem(folder / SERIES)
-        if problem is not None:
-            raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
-        try:  # following no link on the way; durable from its first fact
-            made = ensure_dirs(root, ("runs", run, SERIES))
-        except Refused as e:
-            raise DamagedError(f"run {run!r}: {folder / SERIES} cannot be made ({e}); "
-                               "move it away or record into another run") from None
+            folder = run_folder(root, run)
+            runs_dir(root)  # a runs/ that is a symlink or a file is refused, not written through
+            problem = folder_problem(folder) or folder_problem(folder / SERIES)
+            if problem is not None and named:
+                raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
+            try:  # following no link on the way; durable from its first fact
+                made = None if problem else ensure_dirs(root, ("runs", run, SERIES))
+            except Refused as e:
+                if not named:
+                    continue
+                raise DamagedError(f"run {run!r}: {folder / SERIES} cannot be made ({e}); "
+                                   "move it away or record into another run") from None
+            # A name of our own is claimed by making its folder: of processes
+            # drawing the same one, only one makes it; the others draw again.
+            if named or (made is not None and root / "runs" in made):
+                break
         for changed in made:
             sync_dir(changed)
         self.run = run
@@ -143,7 +159,7 @@ class Recorder:
                 )
             try:
                 self._lock_fd = _lock_or_refuse(root, folder, run)
-                self._open(root, run, list(summarising), resume)
+                self._open(root, run, list(summarising), resume, config)
             except _files.NotAFile as e:
                 self._release()
                 raise DamagedError(f"run {run!r}: {e}; move it away or record into another run") from None
@@ -208,6 +224,49 @@ class Recorder:
                     self._pending = _Stopped(self)  # a fact handed over now says "closed"
                 self._release()
         self._raise_if_unusable(closed_ok=True)
+
+    # -- a training resumed from kept state ---------------------------------
+
+    @property
+    def forwards(self) -> int:
+        """How many forwards the run holds so far, the ones not yet flushed included."""
+        return self._view().summary["forwards"]
+
+    def rewind(self, forwards: int) -> None:
+        """Drop the facts of forward ``forwards`` on, durably, and number on
+        from there: a training resumed from state kept after that many
+        forwards does them again, and the run reads as one, with no forward
+        twice (``Trainer`` calls it when it resumes). Refuses to go forward."""
+        if isinstance(forwards, bool) or not isinstance(forwards, int) or forwards < 0:
+            raise SomatizeTypeError(f"rewind(forwards) takes a count of forwards (an int >= 0); got {forwards!r:.40}")
+        self.flush()
+        with self._flush_lock:
+            self._raise_if_unusable()
+            have = self._summary["forwards"]
+            if forwards > have:
+                raise SomatizeValueError(
+                    f"run {self.run!r} holds {have} forwards, fewer than the {forwards} to rewind to: "
+                    f"this record is not the one the state was kept with; resume into the run it was "
+                    f"kept with, or start the training again"
+                )
+            if forwards == have:
+                return
+            for fd in self._fds.values():  # the series and the index are replaced: open them again
+                os.close(fd)
+            self._fds.clear()
+            try:
+                head, self._hashers = _recovery.cut(self.folder, self._summary, self.run, forwards)
+                self._write_summary()
+                _recovery.truncate(self.folder / LOG, self._summary["log_bytes"])
+                self._log_bytes = self._summary["log_bytes"]
+                if head:
+                    batch = _Batch()
+                    self._absorb(head, batch)
+                    self._commit(batch)
+            except BaseException as e:
+                self._fail(e)
+                self._raise_if_unusable()
+            self._forward, self._has_facts = max(forwards - 1, 0), forwards > 0
 
     def __enter__(self):
         return self
@@ -327,7 +386,7 @@ class Recorder:
                 sync_dir(full.parent)
         return fd
 
-    def _open(self, root, run, summarising, resume):
+    def _open(self, root, run, summarising, resume, config):
         try:
             old = load_summary(self.folder)
         except _summary.Broken as e:
@@ -350,12 +409,16 @@ class Recorder:
                     f"run {run!r} has facts but no readable {SUMMARY} in {self.folder}: "
                     f"run `somatize check {root}` and record into a new run"
                 )
+            if config is not None and _canonical(config) != _canonical(old["config"]):
+                raise SomatizeValueError(_config_differs(run, old["config"], config))
             replay, self._hashers = _recovery.recover(self.folder, old, run)
         else:
             old, replay = None, []
             self._hashers = {INDEX: xxhash.xxh3_64()}
         now = time.time()
         summary = old or _summary.new(run, now)
+        if old is None and config is not None:
+            summary["config"] = config
         summary.update(run=run, state="running", pid=self._pid, host=socket.gethostname(), updated=now)
         for name in summarising:
             summary["summarising"].setdefault(name, {"count": 0, "first": None, "last": None, "min": None, "max": None})
@@ -460,6 +523,24 @@ def _free_name(root, run):
     while f"{run}-{n}" in taken:
         n += 1
     return f"{run}-{n}"
+
+
+def _canonical(value) -> bytes:
+    """JSON with sorted keys: 1 and 1.0, or True and 1, are different configs."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _config_differs(run, recorded, given) -> str:
+    keys = sorted(k for k in {*recorded, *given}
+                  if k not in recorded or k not in given or _canonical(recorded[k]) != _canonical(given[k]))
+    shown = ", ".join(f"{k!r}: recorded {recorded.get(k, 'nothing')!r:.40}, given {given.get(k, 'nothing')!r:.40}"
+                      for k in keys[:5])
+    return (
+        f"run {run!r} was recorded with another config ({shown}{' …' if len(keys) > 5 else ''}): "
+        f"a run has one config. Continue it with Recorder(store, run={run!r}, resume=True) "
+        f"without config= (it keeps the recorded one), or record the new config as a new run"
+    )
+
 
 
 def _lock_or_refuse(root, folder, run):

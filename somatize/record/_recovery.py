@@ -71,6 +71,49 @@ def _verified(folder, summary):
 
 def rebuild(folder, summary: dict, run: str):
     """Write the index and every series again from the committed log."""
+    tail = _whole_log(folder, summary, run)
+    scratch = {"nodes": {}, "summarising": {}}
+    points: dict = {}
+    summarise(tail.groups(), scratch, points)
+    return _write_derived(folder, summary, points, tail.entries().tobytes())
+
+
+def cut(folder, summary: dict, run: str, forwards: int):
+    """Cut the committed record back to its first ``forwards`` forwards (a
+    training resumed from state kept there does them again). Writes the
+    index and the series of what stays and updates ``summary`` (counts,
+    nodes, summarised facts, ``log_bytes``: where the log is to be cut) for
+    the caller to write, then to truncate the log. Returns (head, hashers):
+    ``head``, the groups of forwards before the cut from the block it falls
+    in, to be written again after the cut, and the running checksums.
+
+    Each step leaves a record a resume reads: the series and the index are
+    replaced first (an old summary no longer verifies them: a resume rebuilds
+    them from the log), the summary next (the log's bytes past it are a flush
+    a kill interrupted: a resume writes them again, and the training's
+    resume cuts again)."""
+    tail = _whole_log(folder, summary, run)
+    kept, head, cut_at = [], [], summary["log_bytes"]
+    for block in tail.blocks:
+        if block[1] < forwards:  # its last forward
+            kept.append(block)
+            continue
+        cut_at = block[3]
+        head = [tuple(g) for g in _log.decode(block[5]) if g[0] < forwards]
+        break
+    groups = [tuple(g) for block in kept for g in _log.decode(block[5])]
+    fresh = {"count": 0, "first": None, "last": None, "min": None, "max": None}
+    scratch = {"nodes": {}, "summarising": {name: dict(fresh) for name in summary["summarising"]}}
+    points: dict = {}
+    count = summarise(groups, scratch, points)
+    tail.blocks = kept
+    hashers = _write_derived(folder, summary, points, tail.entries().tobytes())
+    summary.update(log_bytes=cut_at, facts=count, forwards=groups[-1][0] + 1 if groups else 0,
+                   nodes=scratch["nodes"], summarising=scratch["summarising"])
+    return head, hashers
+
+
+def _whole_log(folder, summary, run):
     committed = summary["log_bytes"]
     tail = _log.read_tail(folder / LOG, 0, committed)
     if tail.torn is not None or tail.end != committed:
@@ -79,9 +122,12 @@ def rebuild(folder, summary: dict, run: str):
             f"completed flush ended ({tail.why if tail.torn is not None else 'short'}); run "
             f"`somatize check` on the store and record into a new run"
         )
-    scratch = {"nodes": {}, "summarising": {}}
-    points: dict = {}
-    summarise(tail.groups(), scratch, points)
+    return tail
+
+
+def _write_derived(folder, summary, points, index):
+    """Replace every series and the index; their sizes and checksums go into
+    ``summary``; returns their running checksums."""
     series_dir = folder / SERIES
     for name in _log.series_names(series_dir):
         if name not in points:
@@ -93,7 +139,6 @@ def rebuild(folder, summary: dict, run: str):
         _write(series_dir, _log.series_file(series_dir, name), data)
         summary["series"][name] = [len(data), _log.checksum(data)]
         hashers[name] = xxhash.xxh3_64(data)
-    index = tail.entries().tobytes()
     _write(folder, folder / INDEX, index)
     summary["index"] = [len(index), _log.checksum(index)]
     hashers[INDEX] = xxhash.xxh3_64(index)

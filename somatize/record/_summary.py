@@ -14,7 +14,12 @@ xxh3 checksum of the index and of each series over those bytes.
      "forwards", "facts", "log_bytes",
      "index": [bytes, xxh3], "series": {name: [bytes, xxh3]},
      "summarising": {name: {"count", "first", "last", "min", "max"}},
-     "nodes": {node: {"ran", "recalled", "kept", "total_us", "max_us"}}}
+     "nodes": {node: {"ran", "recalled", "kept", "total_us", "max_us"}},
+     "config": {key: JSON value}}
+
+``config`` is the run's configuration as ``Recorder(..., config=...)`` was
+given it (``config_json`` checks it is JSON-like); a summary written before
+runs had one reads as ``{}``.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def new(run: str, now: float) -> dict:
         "series": {},
         "summarising": {},
         "nodes": {},
+        "config": {},
     }
 
 
@@ -83,6 +89,7 @@ _FIELDS = (  # (field, check, what it must be)
     ("series", lambda v: isinstance(v, dict), "{name: [bytes, xxh3]}"),
     ("summarising", lambda v: isinstance(v, dict), "{name: {count, first, last, min, max}}"),
     ("nodes", lambda v: isinstance(v, dict), "{node: {ran, recalled, kept, total_us, max_us}}"),
+    ("config", lambda v: isinstance(v, dict), "a JSON object (the run's config=)"),
 )
 
 
@@ -106,6 +113,7 @@ def parse(raw: bytes) -> dict:
         if isinstance(series, dict):
             s["series"] = {k: [v, None] for k, v in series.items()}
     fmt = s.get("format")
+    s.setdefault("config", {})  # written before runs had a config
     if fmt != FORMAT:
         raise Broken(f"has format {fmt!r:.20}; this somatize reads format {FORMAT}")
 
@@ -140,6 +148,73 @@ def parse(raw: bytes) -> dict:
             raise Broken("field 'nodes' must be {node: {ran, recalled, kept, total_us, max_us}}, "
                          f"it holds {x!r:.60} for {node!r:.60}")
     return s
+
+
+CONFIG_DEPTH = 32  # nesting levels of a config; deeper is not a configuration
+
+
+def config_json(config) -> dict:
+    """``config`` as the JSON object summary.json keeps: a dict with str keys
+    whose values are None, bool, int (64 bits), finite float, str, or lists,
+    tuples and dicts of these (tuples become lists; numpy scalars become
+    Python numbers). Anything else raises ``SomatizeTypeError`` naming the
+    key, so the record never holds a value it cannot give back."""
+    from .._base.errors import SomatizeTypeError
+
+    if not isinstance(config, dict):
+        raise SomatizeTypeError(
+            f"config= takes a dict of JSON-like values, like config={{'lr': 0.01, 'layers': [64, 64]}}; "
+            f"got a {type(config).__name__}"
+        )
+
+    def plain(v, where, depth):
+        if v is None or v.__class__ in (bool, str):
+            return v
+        if v.__class__ is int:
+            if not -(1 << 63) <= v < 1 << 64:
+                raise SomatizeTypeError(f"{where} = {v} does not fit 64 bits, so JSON readers would round it; "
+                                        f"write it as a str or a float")
+            return v
+        if v.__class__ is float:
+            if v - v != 0:
+                raise SomatizeTypeError(f"{where} is {v}, which JSON cannot hold; write None or a str instead")
+            return v
+        if depth >= CONFIG_DEPTH:
+            raise SomatizeTypeError(f"{where} nests deeper than {CONFIG_DEPTH} levels: flatten the config")
+        if isinstance(v, dict):
+            out = {}
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise SomatizeTypeError(f"{where} has the key {k!r:.40} ({type(k).__name__}): a config's "
+                                            f"keys are str, as JSON's are; write {str(k)!r:.40}")
+                out[k] = plain(item, f"{where}[{k!r}]", depth + 1)
+            return out
+        if isinstance(v, (list, tuple)):
+            return [plain(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(v)]
+        if type(v).__module__ == "numpy" and getattr(v, "shape", None) == ():  # np.float64(0.1): a number
+            return plain(v.item(), where, depth)
+        if isinstance(v, (bool, int, float, str)):  # a subclass (an IntEnum): as its plain value
+            return plain((bool if isinstance(v, bool) else int if isinstance(v, int)
+                          else float if isinstance(v, float) else str)(v), where, depth)
+        raise SomatizeTypeError(
+            f"{where} is a {type(v).__name__}: a run's config holds JSON-like values (None, bool, int, "
+            f"float, str, and lists and dicts of them). Write a plain value there, e.g. float(x), str(x) "
+            f"or x.tolist()"
+        )
+
+    return plain(config, "config", 0)
+
+
+def config_columns(config: dict, prefix: str = "config.") -> dict:
+    """``{"config.lr": 0.1, "config.optim.beta": 0.9}``: a run's config as
+    the columns ``runs`` and ``somatize runs`` show (nested dicts flattened)."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            out.update(config_columns(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def summarise(groups, summary: dict, points: dict) -> int:

@@ -53,6 +53,7 @@ from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers
+from . import _state
 from ._instruments import Instruments, due
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
@@ -85,11 +86,15 @@ class Trainer:
     per node, and statistics of each node's output, recorded for
     ``somatize.diagnose`` (see ``_instruments``); ``instruments=False`` turns
     them off.
+
+    ``state="a-name"`` with ``keep_every=N`` keeps the Trainer's state in
+    ``store`` under that name every N steps (``keep_state``), and a Trainer
+    made with a name already kept resumes from it (``load_state``): a task
+    retried after its process died continues where the state was kept.
     """
 
-    def __init__(
-        self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None, instruments=True
-    ):
+    def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
+                 state=None, keep_every=None, instruments=True):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -136,6 +141,7 @@ class Trainer:
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
         self._in_graph = 0  # ns spent inside the graph's forwards this step (timed when watched)
+        self._keeping(state, keep_every)
 
     # -- the primitive
     def step(self, batch):
@@ -167,6 +173,8 @@ class Trainer:
             raise
         if self._watched:
             self._facts(value, updated, began)
+        if self._keep_every and self.steps % self._keep_every == 0:
+            self.keep_state()
         return value
 
     def _grouped(self, x, y, index):
@@ -256,8 +264,15 @@ class Trainer:
 
             bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True)
         try:
+            done = self._resumed_steps  # a resumed Trainer skips the steps its state has done
+            self._resumed_steps = 0
+            if bar is not None and done:
+                bar.update(done)
             for epoch in range(epochs):
                 for batch in batches:
+                    if done:
+                        done -= 1
+                        continue
                     value = self.step(batch)
                     if bar is not None:
                         bar.update(1)
@@ -278,6 +293,35 @@ class Trainer:
         its references). Refuses mismatched nodes, names or shapes."""
         load(self.g, exported)
         return self
+
+    # -- state: kept in a store, resumed from it (see _state.py)
+    def _keeping(self, name, every):
+        self._resumed_steps = 0
+        self._state_name = _state.checked(self.store, name, every)
+        self._keep_every = None if every is None else _positive_int("keep_every", every)
+        if self._state_name is not None:
+            self.load_state()
+
+    def keep_state(self, store=None, name=None):
+        """Keep everything training needs to go on in ``store`` under
+        ``name`` (by default the Trainer's ``store`` and ``state=``): the
+        weights, the optimizer's state, the step and update counters, an open
+        group's gradients, and how many forwards each Recorder watching holds
+        (each is flushed first: the record holds what the state has done).
+        Tensors go through the tensor codec; nothing is pickled. Returns the
+        digest."""
+        store, name = _state.where(self, store, name)
+        return _state.keep(self, store, name)
+
+    def load_state(self, store=None, name=None):
+        """Resume from state kept by ``keep_state``: weights, optimizer state,
+        counters and open group as they were; each Recorder watching is
+        rewound to the forwards it held then (``Recorder.rewind``), so the
+        steps done again are recorded once. ``fit`` then skips the steps
+        already done; a loop of ``step`` goes on from ``trainer.steps``.
+        Returns False, changing nothing, when nothing is kept under the name."""
+        store, name = _state.where(self, store, name)
+        return _state.load(self, store, name)
 
     # -- helpers
     def _forward(self, x):

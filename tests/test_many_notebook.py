@@ -1,0 +1,52 @@
+"""notebooks/04-many-runs.ipynb runs top to bottom in a real kernel, on a
+real Dask cluster, and what its tagged cells show is what it says."""
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpec
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "04-many-runs.ipynb"
+
+
+def executed():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.km = client.kernel_manager_class(kernel_name="python3")
+    client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                        display_name="test", language="python")
+    client.execute()
+    return nb, {tag: cell.outputs for cell in nb.cells for tag in cell.metadata.get("tags", [])}
+
+
+def text(outputs, name="stdout"):
+    return "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == name)
+
+
+def shown(outputs):
+    return "".join(o.data["text/plain"] for o in outputs if o.output_type == "execute_result")
+
+
+def test_notebook_04_sweeps_on_a_cluster_and_averages_rounds_as_it_says():
+    nb, out = executed()
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+    table = shown(out["sweep-table"]).splitlines()[1:]
+    assert [row.split()[1:4] for row in table] == [["lr-0.001", "finished", "200"], ["lr-0.003", "finished", "200"],
+                                                    ["lr-0.01", "finished", "200"], ["lr-0.03", "finished", "200"]]
+    cli = text(out["sweep-cli"]).splitlines()
+    assert cli[0].split()[:6] == ["run", "state", "forwards", "facts", "config.lr", "config.steps"]
+
+    assert "100% Completed" in text(out["dask-sweep"])  # Dask's own progress bar
+    same = text(out["dask-same"])
+    difference = re.search(r"4 runs on the cluster; largest difference in final loss from the for loop: (\S+)", same)
+    assert float(difference.group(1)) < 1e-9  # the same runs, on other processes
+
+    rounds = [float(x) for x in re.findall(r"held-out loss ([0-9.]+)", text(out["fedavg"]))]
+    assert len(rounds) == 4 and all(b < a for a, b in zip(rounds, rounds[1:]))  # each round improves
+    fed = text(out["fed-runs"]).splitlines()[1:]
+    assert len(fed) == 9 and all(row.split()[1:3] == ["finished", "40"] for row in fed)

@@ -1,0 +1,185 @@
+"""A training run survives its process: the Trainer keeps its state in the
+store every N steps, and a new Trainer resumes from it while its Recorder
+resumes the record. Killed with SIGKILL at step 150 of 300 and resumed, the
+final weights are those of a run never stopped, and the record reads as one
+run with every step once."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from somatize import Recorder, Store
+from somatize.cli import check_report
+from somatize.record import curve, facts, runs
+from somatize.torch import Trainer, parameters
+
+from torch_models import batches, built
+
+MSE = torch.nn.functional.mse_loss
+TESTS = Path(__file__).parent
+
+
+def trainer(store=None, dtype=torch.float64, every=1, micro=1, **kw):
+    g = built(dtype=dtype)
+    return Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), every=every, micro=micro, store=store, **kw)
+
+
+def same_weights(a, b, atol=0.0):
+    ea, eb = a.export(), b.export()
+    assert ea.keys() == eb.keys()
+    for node in ea:
+        for k in ea[node]:
+            torch.testing.assert_close(ea[node][k], eb[node][k], atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize(("every", "micro"), [(1, 1), (3, 2)])
+def test_a_trainer_resumed_from_kept_state_takes_the_same_steps_bit_for_bit(tmp_path, every, micro):
+    store = Store(tmp_path / "s")
+    data = batches(20, n=16, dtype=torch.float64)
+    whole = trainer(every=every, micro=micro)
+    for b in data:
+        whole.step(b)
+    first = trainer(every=every, micro=micro)
+    for b in data[:10]:  # with every=3, a group is open: 10 = 3 * 3 + 1
+        first.step(b)
+    first.keep_state(store, "t/state")
+    second = trainer(every=every, micro=micro)
+    assert second.load_state(store, "t/state") is True
+    assert (second.steps, second.updates) == (first.steps, first.updates)
+    for b in data[second.steps:]:
+        second.step(b)
+    same_weights(second, whole)
+    assert second.updates == whole.updates
+
+
+def test_load_state_of_a_name_not_kept_changes_nothing_and_says_so(tmp_path):
+    t = trainer()
+    before = t.export()
+    assert t.load_state(Store(tmp_path / "s"), "nothing/here") is False
+    assert t.steps == 0 and all(torch.equal(before[n][k], v) for n in before for k, v in t.export()[n].items())
+
+
+def test_a_trainer_made_with_a_kept_state_name_resumes_and_fit_skips_the_steps_done(tmp_path):
+    store = Store(tmp_path / "s")
+    data = batches(12, n=16, dtype=torch.float64)
+    whole = trainer().fit(data, epochs=2, progress=False)
+    first = trainer(store, state="t/state", keep_every=5)
+    for b in data[:7]:
+        first.step(b)  # kept at step 5; steps 5 and 6 are lost with the process
+    again = trainer(store, state="t/state", keep_every=5)
+    assert again.steps == 5
+    again.fit(data, epochs=2, progress=False)
+    assert again.steps == 24
+    same_weights(again, whole)
+
+
+def test_keep_every_without_a_state_name_is_refused_saying_what_to_write():
+    with pytest.raises(ValueError, match="state="):
+        trainer(keep_every=10)
+
+
+def test_a_name_that_holds_something_else_is_refused_naming_it(tmp_path):
+    store = Store(tmp_path / "s")
+    store.keep("t/weights", {"a": 1})
+    with pytest.raises(ValueError, match="'t/weights'.*not a Trainer's state"):
+        trainer().load_state(store, "t/weights")
+
+
+def test_a_recorder_rewound_drops_the_later_forwards_and_numbers_on_from_there(tmp_path):
+    store = Store(tmp_path / "s")
+    r = Recorder(store, run="a")
+    for i in range(10):
+        r.forward_began()
+        r({"fact": "finished", "took_us": 1})
+        r({"fact": "loss", "value": float(i)})
+        if i % 3 == 0:
+            r.flush()  # the cut falls inside a block
+    r.rewind(4)
+    assert r.forwards == 4
+    for i in range(4, 6):
+        r.forward_began()
+        r({"fact": "finished", "took_us": 1})
+        r({"fact": "loss", "value": i + 0.5})
+    r.close()
+    assert list(curve(store, "a", "loss")) == [0.0, 1.0, 2.0, 3.0, 4.5, 5.5]
+    assert [f["value"] for f in facts(store, "a") if f["fact"] == "loss"] == [0.0, 1.0, 2.0, 3.0, 4.5, 5.5]
+    row = runs(store).iloc[0]
+    assert (row["forwards"], row["facts"], row["loss"], row["loss_min"]) == (6, 12, 5.5, 0.0)
+    report, clean = check_report(store.path)
+    assert clean, report
+
+
+def test_a_recorder_refuses_to_rewind_past_what_it_holds(tmp_path):
+    with Recorder(Store(tmp_path / "s"), run="a") as r:
+        r.forward_began()
+        r({"fact": "loss", "value": 1.0})
+        with pytest.raises(ValueError, match="holds 1 forwards"):
+            r.rewind(5)
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import torch
+    from somatize import Recorder, Store
+    from somatize.torch import Trainer, parameters
+    from torch_models import batches, built
+
+    store, every, micro, kill_at = Store(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    data = batches(300, n=8, dtype=torch.float64, seed=5)
+    g = built(dtype=torch.float64)
+    recorder = Recorder(store, run="train", resume=os.path.exists(os.path.join(sys.argv[1], "runs", "train")))
+    t = Trainer(g, torch.nn.functional.mse_loss, torch.optim.Adam(parameters(g), lr=1e-2), every=every,
+                micro=micro, watching=recorder, store=store, state="train/state", keep_every=25)
+    first_try = t.steps == 0
+    for i in range(t.steps, len(data)):
+        t.step(data[i])
+        if first_try and i + 1 == kill_at:
+            recorder.flush()  # the record now runs ahead of the state kept at step 125
+            os.kill(os.getpid(), signal.SIGKILL)
+    t.close_group()
+    recorder.close()
+    store.keep("train/final", t.export())
+    """
+)
+
+
+def test_killed_at_step_150_of_300_and_resumed_the_run_ends_as_if_never_stopped(tmp_path):
+    every, micro = 3, 2  # the state kept at step 125 holds an open group of 2 steps; a step runs 2 forwards
+    script = tmp_path / "train.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+
+    def train(store, kill_at):
+        return subprocess.run([sys.executable, str(script), str(store), str(every), str(micro), str(kill_at)],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    killed = train(tmp_path / "resumed", 150)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert runs(tmp_path / "resumed").iloc[0]["state"] == "interrupted"
+    assert runs(tmp_path / "resumed").iloc[0]["forwards"] == 150 * micro  # ahead of the state (125 steps)
+    done = train(tmp_path / "resumed", 150)  # the retry: the same script, the same command
+    assert done.returncode == 0, done.stderr
+    whole = train(tmp_path / "whole", 0)
+    assert whole.returncode == 0, whole.stderr
+
+    got = Store(tmp_path / "resumed").recall("train/final")
+    want = Store(tmp_path / "whole").recall("train/final")
+    for node in want:
+        for k in want[node]:
+            torch.testing.assert_close(got[node][k], want[node][k], atol=1e-12, rtol=0)
+
+    loss = curve(tmp_path / "resumed", "train", "loss")
+    assert list(loss.index) == [micro * i + micro - 1 for i in range(300)]  # each step once, in order
+    assert list(loss) == list(curve(tmp_path / "whole", "train", "loss"))
+    assert runs(tmp_path / "resumed").iloc[0]["state"] == "finished"
+    steps = [f for f in facts(tmp_path / "resumed", "train") if f["fact"] == "loss"]
+    assert len(steps) == 300
+    report, clean = check_report(tmp_path / "resumed")
+    assert clean, report
