@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import _svg
+from . import _chart, _svg
 
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
@@ -93,8 +93,11 @@ class Live:
     passes, so it can count the sends exactly.
     """
 
-    def __init__(self, title="run", *, clock=time.monotonic, timer=threading.Timer):
+    def __init__(self, title="run", *, total_steps=None, clock=time.monotonic, timer=threading.Timer):
         self.title = str(title)
+        self.total_steps = total_steps
+        self.log = None  # the y axis: None chooses from the data; the panel's toggle sets it
+        self.not_finite_at = None  # the first step whose loss was NaN or infinite
         self._clock = clock
         self._new_timer = timer
         self.steps = self.forwards = self.updates = 0
@@ -122,6 +125,9 @@ class Live:
             self.last = value
             if value < self.best:
                 self.best = value
+            elif value != value or value == math.inf:
+                if self.not_finite_at is None:
+                    self.not_finite_at = self.steps - 1
             self._curve.add(value)
         elif kind == "finished":
             self.forwards += 1
@@ -152,6 +158,13 @@ class Live:
     def snapshot(self):
         """Everything the panel shows, as plain data (what is sent)."""
         elapsed = (self._ended or self._began or 0) - (self._began or 0)
+        rate = self.steps / elapsed if elapsed > 0 else None
+        curve = [list(p) for p in self._curve.points()]
+        bad = self.not_finite_at
+        series = [{"name": "loss", "color": _svg.SERIES[0], "points": [(p[0], p[1]) for p in curve],
+                   "band": [(p[0], p[2], p[3]) for p in curve] if self._curve.stride > 1 else []}]
+        marks = [] if bad is None else [{"x": bad, "label": f"not finite from step {bad:,}"}]
+        left = None if not (self.total_steps and rate) else max(0, self.total_steps - self.steps) / rate
         return {
             "title": self.title,
             "state": self._state,
@@ -160,11 +173,16 @@ class Live:
             "forwards": self.forwards,
             "updates": self.updates,
             "last": _finite(self.last),
+            "last_text": _chart.number(self.last),
+            "not_finite_at": bad,
+            "total": self.total_steps,
+            "eta_s": round(left, 1) if left is not None and self._state == "running" else None,
             "best": _finite(self.best),
             "elapsed_s": round(elapsed, 3),
-            "steps_per_s": round(self.steps / elapsed, 2) if elapsed > 0 else None,
+            "steps_per_s": round(rate, 2) if rate is not None else None,
             "stride": self._curve.stride,
-            "curve": [list(p) for p in self._curve.points()],
+            "curve": curve,
+            "chart": _chart.chart(series, log=self.log, marks=marks),
         }
 
     # --- the end of a notebook cell decides finished or failed -------------------
@@ -237,7 +255,12 @@ class Live:
             from ._views import LiveView
 
             self._view = LiveView(status=self.snapshot())
+            self._view.observe(self._scale_chosen, "log")
         return self._view
+
+    def _scale_chosen(self, change):
+        self.log = change["new"]
+        self.flush()
 
     def _bundle(self):
         from ._views import view_bundle
@@ -264,12 +287,8 @@ class Live:
         best = _finite(self.best)
         return (
             f"Live({self.title!r}: {self._state}, {self.steps} steps, "
-            f"last loss {_fmt(self.last)}, best {_fmt(best)})"
+            f"last loss {_chart.number(self.last)}, best {_chart.number(best)})"
         )
-
-
-def _fmt(x):
-    return "—" if x is None else f"{x:.4g}"
 
 
 def _ipython():
