@@ -788,3 +788,52 @@ def test_a_title_is_escaped_in_the_static_picture():
     title = "<script>alert(1)</script> & co"
     root = parse(Live(title=title).to_html())
     assert root.find(".//script") is None and title in "".join(root.itertext())
+
+
+def test_a_diverging_live_run_marks_the_step_that_went_non_finite():
+    """Issue 9, item 6: the last loss says nan, the chart marks the step, steps are whole numbers."""
+    live = Live()
+    feed(live, [10.0 ** k for k in range(21)] + [float("nan"), float("nan")])
+    snap = live.snapshot()
+    assert snap["last_text"] == "nan" and snap["not_finite_at"] == 21
+    root = parse(live.to_html())
+    assert stats(root)["last loss"] == "nan"
+    svg = root.find(f".//{SVG}svg")
+    marks = [text_of(t) for t in svg.iter(f"{SVG}text") if "not finite" in text_of(t)]
+    assert marks == ["not finite from step 21"]
+    labels = [t for t in svg.iter(f"{SVG}text") if t.get("class") == "tick"]
+    y_labels = [t for t in labels if t.get("text-anchor") == "end"]
+    assert 3 <= len(y_labels) <= _chart.MAX_TICKS
+    ys = sorted(float(t.get("y")) for t in y_labels)
+    assert min(np.diff(ys)) >= 14  # 11px labels never on top of each other
+    assert all(float(text_of(t).replace(",", "")).is_integer() for t in labels if t.get("text-anchor") == "middle")
+
+
+def test_live_tells_the_time_to_go_when_the_number_of_steps_is_known():
+    fake = FakeTime()
+    live = Live(total_steps=100, clock=fake.clock, timer=fake.timer)
+    for i in range(25):
+        fake.advance_to(0.1 * i)
+        feed(live, [1.0])
+    snap = live.snapshot()  # 25 steps in 2.4 s: 75 to go at that rate
+    assert snap["eta_s"] == pytest.approx(75 / (25 / 2.4), abs=0.1)
+    assert stats(parse(live.to_html()))["steps"] == "25 of 100"
+
+
+def test_a_long_node_name_is_cut_to_its_box_and_the_title_stays_short():
+    """Issue 9, item 7: names never overflow the fixed boxes; a big graph's title does not list every node."""
+    long_name = "a_node_with_a_very_long_descriptive_name_indeed"
+    nodes = [Step().named(long_name)] + [Step().named(f"step{i:02d}") for i in range(30)]
+    expr = nodes[0]
+    for n in nodes[1:]:
+        expr = expr >> n
+    g = Graph.somatize(expr)
+    bundle = g._repr_mimebundle_()
+    root = parse(bundle["text/html"])
+    box = next(e for e in root.iter(f"{SVG}g") if e.get("data-node") == long_name)
+    name = next(t for t in box.iter(f"{SVG}text") if t.get("font-weight") == "600")
+    assert text_of(name).endswith("…") and long_name.startswith(text_of(name)[:-1])
+    assert len(text_of(name)) * 13 * 0.68 <= 170 - 20  # the bold 13px name fits the node's width
+    assert long_name in text_of(box.find(f"{SVG}title"))  # the whole name on hover
+    title = "".join(root.find("div").itertext())
+    assert "31 nodes" in title and "step17" not in title
