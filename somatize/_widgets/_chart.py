@@ -37,6 +37,15 @@ def number(x):
     return f"{x:.4g}"
 
 
+def tick_label(x):
+    """A tick's label: as `number`, but short enough for the axis margin
+    (1e5 and 2.5e-7 rather than 100,000 and 2.5e-07)."""
+    a = abs(x)
+    if a and (a >= 1e4 or a < 1e-3):
+        return f"{x:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    return number(x)
+
+
 def ticks(lo, hi, count=5, whole=False):
     """Round tick values covering [lo, hi]; `whole`: whole numbers only."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -58,11 +67,11 @@ def ticks(lo, hi, count=5, whole=False):
 
 def log_ticks(lo, hi):
     """Tick values for a log axis over [lo, hi] (both > 0): decades, every
-    k-th decade when there are too many, 1-2-5 when there are too few."""
+    k-th decade when there are too many, 1-2-5 (or 1-5) when three or fewer."""
     a, b = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
     decades = [10.0 ** k for k in range(a, b + 1)]
     inside = [v for v in decades if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
-    if len(inside) < 3:
+    if len(inside) <= 3:
         fine = [m * 10.0 ** k for k in range(a - 1, b + 1) for m in (1, 2, 5)]
         fine = [v for v in fine if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
         if len(fine) > MAX_TICKS:
@@ -97,6 +106,7 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     f = math.log10 if log else float
     xs = [x for x, _ in pts]
     x0, x1 = (min(xs), max(xs)) if xs else (0, 1)
+    x1 = max([x1] + [m["x"] for m in marks])  # a step marked (went non-finite) is inside the plot
     if window:
         x0, x1 = max(x0, window[0]), min(x1, window[1])
     if x1 <= x0:
@@ -125,7 +135,8 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     y0, y1 = y0 - pad, y1 + pad
     out["y"] = [y0, y1]  # in the axis's own space: log10 of the value on a log axis
     whole = all(float(x).is_integer() for x in xs[:50])
-    out["xticks"] = [[t, number(t)] for t in ticks(x0, x1, 6, whole=whole) if x0 - 1e-9 <= t <= x1 + 1e-9]
+    xt = ticks(x0, x1, 6, whole=whole)
+    out["xticks"] = [[t, number(t) if abs(t) < 1e6 else tick_label(t)] for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]
     yt = log_ticks(10 ** y0, 10 ** y1) if log else ticks(y0, y1, 5)
-    out["yticks"] = [[t, number(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
+    out["yticks"] = [[t, tick_label(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
     return out
