@@ -837,3 +837,22 @@ def test_a_long_node_name_is_cut_to_its_box_and_the_title_stays_short():
     assert long_name in text_of(box.find(f"{SVG}title"))  # the whole name on hover
     title = "".join(root.find("div").itertext())
     assert "31 nodes" in title and "step17" not in title
+
+
+def test_spent_gives_median_and_p95_beside_the_mean_with_the_warm_up_apart(tmp_path):
+    g, store = twenty(tmp_path, forwards=6)
+    said = facts(store, run="r")
+    s = spent(store, run="r")
+    for i, node in enumerate(g.nodes):
+        times = [took(node.name, i, f) for f in range(6)]
+        got = s.data["spread"]["nodes"][node.name]
+        assert got["first_us"] == times[0]  # the first call, apart
+        assert got["median_us"] == np.median(times[1:]) and got["p95_us"] == np.percentile(times[1:], 95)
+    whole = [f["took_us"] for f in said if f["fact"] == "finished"]
+    assert s.data["spread"]["forward"] == {"median_us": np.median(whole[1:]), "p95_us": np.percentile(whole[1:], 95),
+                                           "first_us": whole[0]}
+    table = parse(s.to_html()).find(".//table[@class='spread']")
+    rows = {text_of(tr[0]): [text_of(td) for td in tr[1:]] for tr in table.findall("tr")[1:]}
+    slow = s.data["spread"]["nodes"]["slow"]
+    assert durations(" ".join(rows["slow"])) == pytest.approx(
+        [s.data["rows"][0]["mean_us"], slow["median_us"], slow["p95_us"], slow["first_us"]], rel=5e-3)
