@@ -347,7 +347,7 @@ def test_smoothing_is_applied_to_every_step_before_the_curve_is_thinned(tmp_path
     assert np.allclose(raw, LONG.reshape(2000, 5).mean(axis=1))
     view.smoothing = 0.0
     assert np.allclose(sent_line(view)[1], LONG.reshape(2000, 5).mean(axis=1))
-    assert "raw" not in view.chart["series"][0]
+    assert view.chart["series"][0]["raw"] == []
 
 
 def test_smoothing_keeps_a_constant_and_lags_a_step(tmp_path):
@@ -856,3 +856,21 @@ def test_spent_gives_median_and_p95_beside_the_mean_with_the_warm_up_apart(tmp_p
     slow = s.data["spread"]["nodes"]["slow"]
     assert durations(" ".join(rows["slow"])) == pytest.approx(
         [s.data["rows"][0]["mean_us"], slow["median_us"], slow["p95_us"], slow["first_us"]], rel=5e-3)
+
+
+def test_live_draws_the_facts_it_is_told_to_beside_the_loss_smoothed_over_its_raw_trace():
+    live = Live(also=["val_loss"], smoothing=0.5)
+    for i in range(40):
+        feed(live, [1.0 / (i + 1)])
+        if i % 10 == 9:
+            live({"fact": "val_loss", "value": 2.0 / (i + 1)})
+    loss, val = live.snapshot()["chart"]["series"]
+    assert val["name"] == "val_loss" and [p[0] for p in val["points"]] == [9, 19, 29, 39]
+    raw = [1.0 / (i + 1) for i in range(40)]
+    assert [p[1] for p in loss["raw"]] == pytest.approx(raw)  # the raw trace, drawn faded behind
+    assert [p[1] for p in loss["points"]] == pytest.approx(ema(raw, 0.5))
+    root = parse(live.to_html())
+    svg = root.find(f".//{SVG}svg")
+    assert len(svg.findall(f".//{SVG}polyline[@class='curve']")) == 2
+    assert len(svg.findall(f".//{SVG}polyline[@class='raw']")) == 2
+    assert "val_loss" in [text_of(t) for t in svg.iter(f"{SVG}text")]  # the legend

@@ -13,6 +13,14 @@ function render({ model, el }) {
   const head = div("head", el);
   const title = div("title", head);
   const pill = div("pill", head);
+  const smoothing = document.createElement("label");
+  smoothing.className = "smoothing";
+  smoothing.textContent = "smoothing ";
+  const slider = document.createElement("input");
+  Object.assign(slider, { type: "range", min: 0, max: 0.99, step: 0.01 });
+  slider.setAttribute("aria-label", "smoothing");
+  smoothing.appendChild(slider);
+  head.appendChild(smoothing);
   const toggle = button(head, "log scale", "", false);
   const stats = div("stats", el);
   const cells = {};
@@ -22,7 +30,9 @@ function render({ model, el }) {
     cells[key] = div("value", cell);
     cells[key].dataset.stat = key;
   }
+  const legend = div("legend", el);
   const host = div("chart-host", el);
+  slider.addEventListener("change", () => { model.set("smoothing", Number(slider.value)); model.save_changes(); });
   toggle.addEventListener("click", () => {
     const s = model.get("status");
     model.set("log", !(s && s.chart && s.chart.log));
@@ -49,6 +59,16 @@ function render({ model, el }) {
     toggle.textContent = isLog ? "✓ log scale" : "log scale";
     toggle.setAttribute("aria-pressed", String(isLog));
     toggle.title = isLog ? "the y axis is in log scale: click for linear" : "click for a log scale on the y axis";
+    slider.value = model.get("smoothing");
+    legend.textContent = "";
+    legend.hidden = s.chart.series.length < 2;
+    for (const line of s.chart.series) {
+      const item = div("item", legend);
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style.background = line.color;
+      item.append(swatch, document.createTextNode(line.name));
+    }
     drawChart(host, s.chart);
   }
 

@@ -97,6 +97,7 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     """The chart's data. `series`: [{"name", "color", "points": [(x, y)],
     "band": [(x, lo, hi)] optional}]; `log`: None chooses from the data;
     `window`: (x0, x1) to show part of x (the y range fits what is inside);
+    `raw` in a series: its unsmoothed values, drawn faded behind it;
     `outliers`: True leaves the values past the 1st/99th percentile out of
     the y range; `marks`: [{"x", "label"}], vertical lines (a step that went
     non-finite). Everything the page needs: ranges, ticks, labels, points."""
@@ -124,7 +125,9 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
                        "points": [[x, y] for x, y in s["points"] if y is not None and math.isfinite(y)
                                   and (not log or y > 0)],
                        "band": [[x, lo, hi] for x, lo, hi in s.get("band", ())
-                                if lo is not None and hi is not None and (not log or lo > 0)]}
+                                if lo is not None and hi is not None and (not log or lo > 0)],
+                       "raw": [[x, y] for x, y in s.get("raw", ()) if y is not None and math.isfinite(y)
+                               and (not log or y > 0)]}
                       for s in series]}
     if not inside:
         return out

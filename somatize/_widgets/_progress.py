@@ -85,11 +85,7 @@ class Progress:
                 rx, ry = self.line(run)
                 s["raw"] = [[a, b] for a, b in zip(rx.tolist(), ry.tolist())]
             series.append(s)
-        data = _chart.chart(series, log=self.log, ylabel=self.name, window=self.window, outliers=self.outliers)
-        for s, drawn in zip(series, data["series"]):
-            if "raw" in s:
-                drawn["raw"] = [p for p in s["raw"] if not data["log"] or p[1] > 0]
-        return data
+        return _chart.chart(series, log=self.log, ylabel=self.name, window=self.window, outliers=self.outliers)
 
     def to_html(self):
         """The static picture: what GitHub, nbviewer and nbconvert show."""

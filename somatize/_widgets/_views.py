@@ -32,6 +32,7 @@ class LiveView(anywidget.AnyWidget):
     _css = STATIC / "panel.css"
     status = traitlets.Dict().tag(sync=True)
     log = traitlets.Bool(None, allow_none=True).tag(sync=True)
+    smoothing = traitlets.Float(0.0).tag(sync=True)
 
 
 class ProgressView(anywidget.AnyWidget):
