@@ -194,6 +194,19 @@ function drawChart(host, data, opts = {}) {
   return root;
 }
 
+// One swatch and name a line, when there is more than one line.
+function drawLegend(legend, series) {
+  legend.textContent = "";
+  legend.hidden = series.length < 2;
+  for (const line of series) {
+    const item = div("item", legend);
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = line.color;
+    item.append(swatch, document.createTextNode(line.name));
+  }
+}
+
 // Redraw `draw` when `el`'s width changes (only then, or drawing would feed the observer).
 function onResize(el, draw) {
   let seen = 0;

@@ -60,15 +60,7 @@ function render({ model, el }) {
     toggle.setAttribute("aria-pressed", String(isLog));
     toggle.title = isLog ? "the y axis is in log scale: click for linear" : "click for a log scale on the y axis";
     slider.value = model.get("smoothing");
-    legend.textContent = "";
-    legend.hidden = s.chart.series.length < 2;
-    for (const line of s.chart.series) {
-      const item = div("item", legend);
-      const swatch = document.createElement("span");
-      swatch.className = "swatch";
-      swatch.style.background = line.color;
-      item.append(swatch, document.createTextNode(line.name));
-    }
+    drawLegend(legend, s.chart.series);
     drawChart(host, s.chart);
   }
 

@@ -43,15 +43,7 @@ function render({ model, el }) {
     reset.disabled = !model.get("window").length;
     slider.value = model.get("smoothing");
     readout.textContent = Number(model.get("smoothing")).toFixed(2);
-    legend.textContent = "";
-    legend.hidden = data.series.length < 2;
-    for (const s of data.series) {
-      const item = div("item", legend);
-      const swatch = document.createElement("span");
-      swatch.className = "swatch";
-      swatch.style.background = s.color;
-      item.append(swatch, document.createTextNode(s.name));
-    }
+    drawLegend(legend, data.series);
     drawChart(host, data, { height: 300, onWindow: (range) => send("window", range || []) });
   }
   for (const name of ["chart", "outliers", "window", "smoothing", "title"]) model.on(`change:${name}`, draw);
