@@ -123,7 +123,8 @@ function drawChart(host, data, opts = {}) {
   for (const m of data.marks) {
     const X = px(m.x);
     svg("line", { x1: X, x2: X, y1: top, y2: top + h, class: "mark" }, root);
-    svg("text", { x: X - 4, y: top + 14, class: "mark", "text-anchor": "end" }, root).textContent = m.label;
+    // at the foot of the plot: a diverging line is high where it stops
+    svg("text", { x: X - 4, y: top + h - 6, class: "mark", "text-anchor": "end" }, root).textContent = m.label;
   }
 
   // Hover: a line at the nearest step and every series' value there, in one box.

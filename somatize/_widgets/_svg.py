@@ -133,7 +133,7 @@ def line_chart(data, *, width=WIDE, height=260):
         X = px(m["x"])
         parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '
                      f'style="stroke:{BAD};stroke-dasharray:4 3"/>')
-        parts.append(_text(X - 4, top + 14, m["label"], 11, BAD, "end"))
+        parts.append(_text(X - 4, top + h - 6, m["label"], 11, BAD, "end"))  # at the foot: a diverging line is high
     if len(data["series"]) > 1:
         for i, s in enumerate(data["series"]):
             Y = top + 12 + i * 16
