@@ -3,6 +3,7 @@ panel's stats row, durations and shares in its texts, and a chart's curve
 read back through the tick labels printed on its axes. Tests compare what
 this reads with the data, never the markup with a snapshot."""
 
+import base64
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -12,8 +13,30 @@ UNITS = {"µs": 1, "ms": 1e3, "s": 1e6}
 PIXEL = 0.2  # coordinates are printed to 0.1 px: what a reading may be off by, in pixels
 
 
+IMAGE = "data:image/svg+xml;base64,"
+
+
 def parse(html):
-    return ET.fromstring(html)  # the static pictures are well-formed XML, or this raises
+    """The picture as a tree, each SVG image put back in place as the SVG it
+    shows (a static picture is HTML holding its SVGs as <img> data URLs)."""
+    root = ET.fromstring(html)  # the static pictures are well-formed XML, or this raises
+    for parent in root.iter():
+        for i, child in enumerate(list(parent)):
+            if child.tag == "img" and child.get("src", "").startswith(IMAGE):
+                parent[i] = ET.fromstring(base64.b64decode(child.get("src")[len(IMAGE):]))
+    return root
+
+
+def svg_markup(html):
+    """The SVG text inside `html`'s images, joined: for checks on the markup a reader's browser gets."""
+    return "".join(base64.b64decode(m).decode() for m in re.findall(IMAGE.replace("+", r"\+") + r"([A-Za-z0-9+/=]+)",
+                                                                     html))
+
+
+def fill_of(element):
+    """The colour an element is filled with, as its style or attribute says."""
+    m = re.search(r"(?:^|;)\s*fill:\s*([^;]+)", element.get("style", ""))
+    return m.group(1).strip() if m else element.get("fill")
 
 
 def text_of(element):
@@ -52,7 +75,7 @@ def ticks(svg, anchor):
     the plot, y ticks end left of it."""
     at = "x" if anchor == "middle" else "y"
     return [(float(text_of(t).replace(",", "")), float(t.get(at)) - (0 if at == "x" else 4))
-            for t in svg.iter(f"{SVG}text") if t.get("font-size") == "11" and t.get("text-anchor") == anchor]
+            for t in svg.iter(f"{SVG}text") if t.get("class") == "tick" and t.get("text-anchor") == anchor]
 
 
 def _scale(ticks_, log):

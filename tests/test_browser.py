@@ -1,16 +1,19 @@
 """The panels in a real browser: Debian's Chromium, driven by Python
-playwright, against a real `jupyter lab` server started here.
+playwright, against one real `jupyter lab` server for the whole module.
 
-Notebook 03 is opened and run through the UI (Run > Run All Cells); then the
-Live panel must show 300 steps and a drawn curve, `spent` one bar per node and
-the Trainer's own bar, and the graph panel (the notebook displays `g` where it
-builds it) two nodes joined by one edge. The copy run here ends with one cell
-of ours, `spent(..., graph=g)`, to see a run's times drawn on the graph in the
-lab too. Each panel is saved as a screenshot under test-artifacts/
-(gitignored) for a person to look at.
+Notebook 03 is opened and run through the UI (Run > Run All Cells), with a
+few cells of ours at its end: `spent(..., graph=g)`, a second run overlaid
+on `progress`, and a `Live` watching a run that diverges. Then, at 1400 and
+800 px wide, in the light and the dark theme, every panel is read as a
+person reads it: its tick labels against the data's range and scale, no two
+texts on top of each other and none outside its panel, the value under the
+cursor on hover. The committed notebooks are opened untrusted (unrun) and
+rendered by nbconvert with no network: each panel shows its picture. Every
+view is saved as a screenshot under test-artifacts/ (gitignored).
 """
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -29,6 +32,23 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOKEN = "somatize-browser-test"
+COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
+
+OURS = [
+    'spent(store, run="a-run", graph=g)',
+    # a second run, to overlay on the first
+    'with Recorder(store, run="b-run") as rec:\n'
+    '    for i in range(300):\n'
+    '        rec.forward_began()\n'
+    '        rec({"fact": "loss", "value": 2.0 / (i + 1)})\n'
+    'progress(store, run=["a-run", "b-run"])',
+    # a run that diverges: 21 decades, then NaN
+    'diverging = Live(title="diverging")\n'
+    'display(diverging)\n'
+    'for i in range(26):\n'
+    '    diverging.forward_began()\n'
+    '    diverging({"fact": "loss", "value": 10.0 ** (i - 3) if i < 24 else float("nan")})',
+]
 
 
 def free_port():
@@ -37,17 +57,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("lab")
     assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
     nb = nbformat.read(ROOT / "notebooks" / "03-training.ipynb", as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    nb.cells.append(nbformat.v4.new_code_cell('spent(store, run="a-run", graph=g)'))
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in OURS]
     root = tmp_path / "root"
-    root.mkdir()
+    (root / "committed").mkdir(parents=True)
     nbformat.write(nb, root / "03-training.ipynb")
+    for name in COMMITTED:  # as a reader gets them: unrun here, so untrusted
+        shutil.copy(ROOT / "notebooks" / name, root / "committed" / name)
     port = free_port()
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
            "PYTHONPATH": str(ROOT)}
@@ -77,84 +100,268 @@ def lab(tmp_path):
     log.close()
 
 
-def test_notebook_03_panels_in_jupyterlab(lab):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+@pytest.fixture(scope="module")
+def browser():
     from playwright.sync_api import sync_playwright
 
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        # Tall enough that each panel fits whole in the window for its screenshot.
-        page = browser.new_page(viewport={"width": 1280, "height": 1800})
-        try:
-            page.goto(f"{lab}/lab/tree/03-training.ipynb?token={TOKEN}")
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            # JupyterLab's toasts (the news question) would sit on top of the screenshots.
-            page.add_style_tag(content=".Toastify { display: none !important; }")
-            # A "Select Kernel" dialog may come up once the page settles: accept it.
-            accept = page.locator(".jp-Dialog button.jp-mod-accept")
-            try:
-                accept.first.wait_for(timeout=20_000)
-                accept.first.click()
-            except PlaywrightTimeout:
-                pass
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
 
-            live = page.locator(".somatize-live").first
-            live.wait_for(timeout=300_000)
-            live.scroll_into_view_if_needed()
-            page.wait_for_function(
-                "() => document.querySelector('.somatize-live')?.dataset.state === 'finished'", timeout=30_000
-            )
-            assert live.locator("[data-stat=steps]").text_content() == "300"
-            drawn = int(live.locator("polyline.curve").get_attribute("data-points"))
-            assert drawn >= 250  # 300 steps, every finite one drawn
-            toggle, axis = live.locator("button.toggle"), live.locator("text.axis").last
-            assert toggle.get_attribute("aria-pressed") == "true" and axis.text_content() == "loss (log scale)"
+
+def open_notebook(browser, lab, path, width=1400):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    # Tall enough that each panel fits whole in the window for its screenshot.
+    page = browser.new_page(viewport={"width": width, "height": 1800})
+    page.goto(f"{lab}/lab/tree/{path}?token={TOKEN}&reset")  # reset: only this notebook, not the last page's
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    # JupyterLab's toasts (the news question) would sit on top of the screenshots.
+    page.add_style_tag(content=".Toastify { display: none !important; }")
+    # A "Select Kernel" dialog may come up once the page settles: accept it.
+    accept = page.locator(".jp-Dialog button.jp-mod-accept")
+    try:
+        accept.first.wait_for(timeout=20_000)
+        accept.first.click()
+    except PlaywrightTimeout:
+        pass
+    return page
+
+
+def menu(page, *path):
+    page.locator(".lm-MenuBar-itemLabel", has_text=path[0]).first.click()
+    for label in path[1:-1]:
+        page.locator(".lm-Menu-itemLabel", has_text=label).first.hover()
+    page.locator(".lm-Menu-itemLabel", has_text=path[-1]).first.click()
+
+
+# What a person reads off a chart, in the page: its ticks (value, label, place), its axis titles, its lines.
+READ_CHART = """svg => ({
+  ticks: [...svg.querySelectorAll('text.tick')].map(t => ({value: +t.dataset.value, label: t.textContent,
+           anchor: t.getAttribute('text-anchor'), x: +t.getAttribute('x'), y: +t.getAttribute('y')})),
+  axes: [...svg.querySelectorAll('text.axis')].map(t => t.textContent),
+  lines: [...svg.querySelectorAll('polyline.curve')].map(p => ({name: p.dataset.name,
+           points: p.getAttribute('points').trim().split(' ').map(q => q.split(',').map(Number))})),
+})"""
+
+# Every visible text of a panel: [text, left, top, right, bottom], and the panel's own box.
+TEXT_BOXES = """el => {
+  const boxes = [];
+  const texts = 'text, .stat .label, .stat .value, .title, .pill, button, .legend .item, .hint, .smoothing, .details';
+  for (const n of el.querySelectorAll(texts)) {
+    if (n.closest('[visibility=hidden], [hidden]') || getComputedStyle(n).visibility === 'hidden') continue;
+    if (n.tagName === 'text' && n.closest('g.hover')) continue;
+    const r = n.getBoundingClientRect();
+    const text = (n.textContent || '').trim();
+    if (r.width > 0 && r.height > 0 && text) boxes.push([text, r.left, r.top, r.right, r.bottom]);
+  }
+  const p = el.getBoundingClientRect();
+  return {boxes, panel: [p.left, p.top, p.right, p.bottom]};
+}"""
+
+
+def axis(ticks, anchor, log):
+    """The axis's rule, value -> pixel, fitted to its labels; every label must sit on it (to half a pixel)."""
+    at = [(t["value"], t["x"] if anchor == "middle" else t["y"] - 4) for t in ticks if t["anchor"] == anchor]
+    assert len(at) >= 2, f"fewer than two labelled ticks on the {'x' if anchor == 'middle' else 'y'} axis"
+    for t in ticks:  # each label says its value
+        assert float(t["label"].replace(",", "")) == pytest.approx(t["value"], rel=1e-3, abs=1e-12), t
+    f = math.log10 if log else float
+    (v0, p0), (v1, p1) = at[0], at[-1]
+    per = (p1 - p0) / (f(v1) - f(v0))
+    for v, p in at:
+        assert abs(p0 + (f(v) - f(v0)) * per - p) <= 0.5, f"tick {v} is not where its label says (log: {log})"
+    if not log and len(at) > 2:  # a linear axis: evenly spaced values
+        gaps = [b[0] - a[0] for a, b in zip(at, at[1:])]
+        assert max(gaps) - min(gaps) <= 1e-9 * max(abs(g) for g in gaps)
+    return lambda px: (px - p0) / per + f(v0), abs(per)
+
+
+def read_chart(svg_locator):
+    """The chart's lines read back through its own axes: {name: [(x, y)]}, and what half a pixel is worth."""
+    chart = svg_locator.evaluate(READ_CHART)
+    log = chart["axes"][-1].endswith("(log scale)")
+    x_of, x_per = axis(chart["ticks"], "middle", False)
+    y_of, y_per = axis(chart["ticks"], "end", log)
+    assert all(float(t["value"]).is_integer() for t in chart["ticks"] if t["anchor"] == "middle")  # whole steps
+    lines = {line["name"]: [(x_of(px), 10 ** y_of(py) if log else y_of(py)) for px, py in line["points"]]
+             for line in chart["lines"]}
+    return lines, log, (0.5 / x_per, 0.5 / y_per)
+
+
+PRESSED = "([el, was]) => el.querySelector('button.toggle').getAttribute('aria-pressed')"
+
+
+def near(y, want, dy, log):
+    if log:
+        return abs(math.log10(y) - math.log10(want)) <= dy * 1.01 + 1e-4
+    return abs(y - want) <= dy * 1.01 + 1e-4 * abs(want)
+
+
+def check_texts(panel, where):
+    got = panel.evaluate(TEXT_BOXES)
+    left, top, right, bottom = got["panel"]
+    boxes = got["boxes"]
+    for text, x0, y0, x1, y1 in boxes:
+        assert x0 >= left - 0.5 and x1 <= right + 0.5 and y0 >= top - 0.5 and y1 <= bottom + 0.5, \
+            f"{where}: {text!r} leaves its panel"
+    for i, (a, *ra) in enumerate(boxes):
+        for c, *rc in boxes[i + 1:]:
+            w = min(ra[2], rc[2]) - max(ra[0], rc[0])
+            h = min(ra[3], rc[3]) - max(ra[1], rc[1])
+            assert w <= 1 or h <= 1, f"{where}: {a!r} and {c!r} overlap"
+
+
+def in_view(page, panel):
+    """Scroll `panel` into view and wait until its chart is drawn at its width (JupyterLab renders
+    cells out of view lazily; the chart redraws when its cell gets its width back)."""
+    panel.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_function("el => { const svg = el.querySelector('svg.somatize-chart');"
+                           "const host = el.querySelector('.chart-host');"
+                           "return svg && Math.abs(svg.getAttribute('width') - Math.max(280, host.clientWidth)) < 1; }",
+                           arg=panel.element_handle())
+
+
+def hover(page, svg_locator, name, index):
+    """Put the cursor on point `index` of the line `name`; return the tooltip's lines."""
+    x, y = svg_locator.evaluate("""(svg, [name, i]) => {
+      const line = [...svg.querySelectorAll('polyline.curve')].find(p => p.dataset.name === name);
+      const [px, py] = line.getAttribute('points').trim().split(' ')[i].split(',').map(Number);
+      const pt = svg.createSVGPoint(); pt.x = px; pt.y = py;
+      const s = pt.matrixTransform(line.getScreenCTM());
+      return [s.x, s.y];
+    }""", [name, index])
+    page.mouse.move(x, y)
+    return svg_locator.locator("text.hover").evaluate("t => [...t.querySelectorAll('tspan')].map(s => s.textContent)")
+
+
+def test_panels_in_jupyterlab_at_two_widths_in_both_themes(lab, browser):
+    page = open_notebook(browser, lab, "03-training.ipynb")
+    try:
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        menu(page, "Run", "Run All Cells")
+        live = page.locator(".somatize-live").first
+        live.wait_for(timeout=300_000)
+        page.wait_for_function("() => { const lives = [...document.querySelectorAll('.somatize-live')];"
+                               "return lives.length === 2 && lives.every(e => e.dataset.state === 'finished'); }",
+                               timeout=300_000)
+        assert live.locator("[data-stat=steps]").text_content() == "300 of 300"
+        assert int(live.locator("polyline.curve").get_attribute("data-points")) >= 250
+
+        spent = page.locator(".somatize-spent").first
+        assert sorted(spent.locator("rect.bar[data-kind=node]").evaluate_all(
+            "bars => bars.map(b => b.dataset.node)")) == ["body", "head"]
+        assert spent.locator("rect.bar[data-kind=trainer]").count() == 1
+        assert spent.locator("rect.span").count() == 2  # the timeline of one forward
+        graph = page.locator(".somatize-graph").first
+        assert graph.locator("path.edge[data-from=body][data-to=head]").count() == 1
+        graph.locator("g.node[data-node=body]").click()
+        assert "Features" in graph.locator(".details").text_content()
+        on_graph = page.locator(".somatize-spent").nth(1)
+        on_graph.locator("g.node[data-node=head]").click()  # a node in spent says its numbers when clicked
+        assert "a forward" in on_graph.locator(".details").text_content()
+
+        progress, overlay = page.locator(".somatize-progress").first, page.locator(".somatize-progress").nth(1)
+        diverging = page.locator(".somatize-live").nth(1)
+        best = float(live.locator("[data-stat=best]").text_content())
+        for width, theme in [(1400, "light"), (800, "light"), (800, "dark"), (1400, "dark")]:
+            if theme == "dark" and page.evaluate("document.body.dataset.jpThemeLight") != "false":
+                menu(page, "Settings", "Theme", "JupyterLab Dark")
+                page.wait_for_function("document.body.dataset.jpThemeLight === 'false'")
+            page.set_viewport_size({"width": width, "height": 1800})
+            page.wait_for_timeout(300)  # a guard for the resize observers' redraw, not a measurement
+            where = f"{width}px {theme}"
+
+            # Live and progress draw the same run: both axes must describe it, whatever the scale.
+            for panel in (live, progress):
+                in_view(page, panel)
+                lines, log, (dx, dy) = read_chart(panel.locator("svg.somatize-chart"))
+                (line,) = lines.values()
+                assert [round(x) for x, _ in line][:3] == [0, 1, 2] and round(line[-1][0]) == 299, where
+                assert near(min(y for _, y in line), best, dy, log), where  # the lowest point is the best loss
+            toggle = progress.locator("button.toggle").first
+            was = toggle.get_attribute("aria-pressed")
+            toggle.click()  # the other scale: the axis follows the line
+            page.wait_for_function(PRESSED + " !== was", arg=[progress.element_handle(), was])
+            lines, log, (dx, dy) = read_chart(progress.locator("svg.somatize-chart"))
+            assert log == (was == "false") and near(min(y for _, y in lines["a-run"]), best, dy, log), where
             toggle.click()
-            assert toggle.get_attribute("aria-pressed") == "false" and axis.text_content() == "loss"
-            toggle.click()
-            box = live.locator("svg.somatize-chart").bounding_box()
-            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-            assert live.locator("text.hover").text_content().startswith("step ")
+            page.wait_for_function(PRESSED + " === was", arg=[progress.element_handle(), was])
+
+            # Hover: the value under the cursor, for every overlaid run at that step.
+            in_view(page, overlay)
+            svg = overlay.locator("svg.somatize-chart")
+            said = hover(page, svg, "b-run", 150)
+            step = int(said[0].split()[-1].replace(",", ""))
+            assert abs(step - 150) <= 1, (where, said)
+            values = dict(line.split(": ") for line in said[1:])
+            assert set(values) == {"a-run", "b-run"}
+            assert float(values["b-run"]) == pytest.approx(2.0 / (step + 1), rel=1e-3), (where, said)
             page.mouse.move(0, 0)
-            live.screenshot(path=ARTIFACTS / "live.png")
 
-            spent = page.locator(".somatize-spent").first
-            spent.scroll_into_view_if_needed()
-            assert spent.locator("rect.bar[data-kind=node]").count() == 2
-            assert sorted(spent.locator("rect.bar[data-kind=node]").evaluate_all(
-                "bars => bars.map(b => b.dataset.node)")) == ["body", "head"]
-            assert spent.locator("rect.bar[data-kind=trainer]").count() == 1
-            assert spent.locator("rect.bar[data-kind=engine]").count() == 1
-            assert spent.locator("rect.span").count() == 2  # the timeline of one forward
-            spent.screenshot(path=ARTIFACTS / "spent.png")
+            # A diverging run: few decade labels, the non-finite step marked.
+            in_view(page, diverging)
+            dsvg = diverging.locator("svg.somatize-chart")
+            assert dsvg.locator("text.mark").text_content() == "not finite from step 24"
+            assert diverging.locator("[data-stat=last]").text_content() == "nan"
+            read_chart(dsvg)
 
-            progress = page.locator(".somatize-progress").first
-            progress.scroll_into_view_if_needed()
-            progress.locator("path.line").first.wait_for(state="attached")
-            progress.locator("xpath=..").screenshot(path=ARTIFACTS / "progress.png")
+            for name, panel in [("live", live), ("progress", progress), ("overlay", overlay),
+                                ("diverging", diverging), ("spent", spent), ("graph", graph),
+                                ("spent-on-graph", on_graph)]:
+                panel.evaluate("e => e.scrollIntoView({block: 'start'})")
+                check_texts(panel, f"{name} at {where}")
+                panel.screenshot(path=ARTIFACTS / f"{name}-{width}-{theme}.png")
+            if theme == "dark":  # every colour from the theme: ticks are the theme's text colour, not orange
+                tick = progress.locator("text.tick").first.evaluate("t => getComputedStyle(t).fill")
+                probe = page.evaluate("(() => { const d = document.createElement('div');"
+                                      "d.style.color = 'var(--jp-ui-font-color2)'; document.body.append(d);"
+                                      "const c = getComputedStyle(d).color; d.remove(); return c; })()")
+                assert tick == probe, (tick, probe)
+    finally:
+        page.screenshot(path=ARTIFACTS / "page.png")
+        page.close()
 
-            graph = page.locator(".somatize-graph").first
-            graph.scroll_into_view_if_needed()
-            assert graph.locator("g.node:not(.io)").count() == 2
-            assert graph.locator("path.edge[data-from=body][data-to=head]").count() == 1
-            graph.locator("g.node[data-node=body]").click()
-            assert "Features" in graph.locator(".details").text_content()
-            page.mouse.move(0, 0)  # the pointer off the node: the picture shows the selection, not the hover
-            assert graph.locator("g.node.selected").get_attribute("data-node") == "body"
-            graph.screenshot(path=ARTIFACTS / "graph.png")
 
-            on_graph = page.locator(".somatize-spent").last
-            on_graph.locator("g.node[data-node=head]").wait_for()
-            # Its top to the top of the notebook's window, or the screenshot is cut at its foot.
-            on_graph.evaluate("e => e.scrollIntoView({block: 'start'})")
-            assert on_graph.locator("g.node.slowest").count() == 1
-            assert on_graph.locator("text.timing").count() == 2
-            on_graph.screenshot(path=ARTIFACTS / "spent-on-graph.png")
-        finally:
-            page.screenshot(path=ARTIFACTS / "page.png")
-            browser.close()
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_notebook_opened_untrusted_shows_every_panel(lab, browser, name):
+    """Opened before running (untrusted), each panel's picture is shown: the sanitiser keeps the images."""
+    page = open_notebook(browser, lab, f"committed/{name}", width=800)
+    try:
+        statics = page.locator(".jp-OutputArea-output .somatize-static")
+        statics.first.wait_for(timeout=60_000)
+        want = len([o for c in nbformat.read(ROOT / "notebooks" / name, as_version=4).cells if c.cell_type == "code"
+                    for o in c.outputs if "somatize-static" in o.get("data", {}).get("text/html", "")])
+        assert statics.count() == want > 0
+        for i in range(want):
+            box = statics.nth(i)
+            box.scroll_into_view_if_needed()
+            images = box.locator("img.somatize-picture")
+            assert images.count() >= 1
+            loaded = images.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0 && i.clientWidth > 0)")
+            assert all(loaded), f"{name}: picture {i} not shown"
+            # it fits the 800 px page
+            assert box.evaluate("e => e.getBoundingClientRect().right") <= 800
+        page.screenshot(path=ARTIFACTS / f"untrusted-{name}.png", full_page=True)
+    finally:
+        page.close()
+
+
+def test_nbconvert_html_shows_every_picture_with_no_network(browser, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--output-dir", str(tmp_path),
+                           str(ROOT / "notebooks" / "03-training.ipynb")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = browser.new_page(viewport={"width": 800, "height": 1200})
+    try:
+        page.route("http*://**", lambda route: route.abort())  # offline: nothing may come from a network
+        page.goto((tmp_path / "03-training.html").as_uri())
+        images = page.locator(".somatize-static img.somatize-picture")
+        assert images.count() >= 5
+        assert all(images.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)"))
+        page.screenshot(path=ARTIFACTS / "nbconvert-03.png", full_page=True)
+    finally:
+        page.close()

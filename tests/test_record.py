@@ -165,6 +165,20 @@ def test_nan_loss_keeps_in_the_curve(store):
     assert math.isnan(curve(store, "r", "loss").iloc[0])
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_loss_reads_back_as_itself_not_as_missing(store, value):
+    """Facts keep NaN and infinities, so a reader tells "not finite" from "missing" (None)."""
+    with Recorder(store, run="r") as recorder:
+        recorder.forward_began()
+        recorder({"fact": "loss", "value": value, "note": None})
+        recorder({"fact": "seen", "node": "a", "nested": [1.0], "at": value})
+    said = facts(store, "r", forward=0)
+    got = said[0]["value"]
+    assert (math.isnan(got) if math.isnan(value) else got == value), got
+    assert said[0]["note"] is None  # a None stays None
+    assert said[1]["nested"] == [1.0] and str(said[1]["at"]) == str(value)
+
+
 def test_unknown_run_names_the_close_ones(store):
     Recorder(store, run="a-run").close()
     with pytest.raises(SomatizeKeyError, match="'a-run'"):

@@ -11,7 +11,7 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpec
 from nbclient import NotebookClient
 
-from pictures import SVG, curve, parse, stats
+from pictures import SVG, curve, parse, stats, svg_markup
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
 
@@ -65,10 +65,10 @@ def test_notebook_03_runs_and_shows_what_it_says():
 
     (graph,) = displayed(out["graph"])
     assert graph["text/plain"] == "Graph(body >> head)"
-    assert 'data-node="body"' in graph["text/html"] and 'data-node="head"' in graph["text/html"]
+    assert 'data-node="body"' in svg_markup(graph["text/html"]) and 'data-node="head"' in svg_markup(graph["text/html"])
     (live,) = displayed(out["live"])
     picture = parse(live["text/html"])
-    assert stats(picture)["steps"] == "300" and "300 steps" in live["text/plain"]
+    assert stats(picture)["steps"] == "300 of 300" and "300 steps" in live["text/plain"]
     read, (dx, _) = curve(picture.find(f"{SVG}svg"), log="log scale" in live["text/html"])
     assert [round(x) for x, _ in read] == list(range(300)) and all(abs(x - round(x)) <= dx for x, _ in read)
     (progress,) = displayed(out["progress"])
@@ -105,7 +105,19 @@ def test_spent_on_the_graph_after_training_carries_the_runs_times():
     _, out = executed()
     (before,) = displayed(out["graph"])
     (after,) = displayed(out["graph-timed"])
-    assert "timing" not in before["text/html"]  # nothing had run yet
-    html = after["text/html"]
-    assert "run 'a-run'" in html.replace("&#x27;", "'")  # spent(store, run="a-run", graph=g)
+    assert 'data-node="body"' in svg_markup(before["text/html"])
+    assert "timing" not in svg_markup(before["text/html"])  # nothing had run yet
+    assert "run 'a-run'" in after["text/html"].replace("&#x27;", "'")  # spent(store, run="a-run", graph=g)
+    html = svg_markup(after["text/html"])
     assert len(re.findall(r'class="timing">[^<]* a forward', html)) == 2  # on body and on head
+
+
+def test_live_is_shown_before_the_loop_it_watches_and_ends_with_its_numbers():
+    """Issue 9, item 4: notebook 03 displays `live` in a cell before the training loop; the
+    picture it left is brought up to date (300 steps, finished) when the loop's cell ends."""
+    nb, out = executed()
+    tagged = [c.metadata.get("tags", []) for c in nb.cells]
+    assert tagged.index(["live"]) < tagged.index(["first-run"])
+    (live,) = displayed(out["live"])
+    picture = parse(live["text/html"])
+    assert stats(picture)["steps"].startswith("300") and "finished" in "".join(picture.itertext())

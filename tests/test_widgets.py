@@ -17,10 +17,11 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
+from somatize._widgets import _chart
 from somatize.record import Live, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
-from pictures import SVG, curve, durations, parse, percents, reads_as, stats, text_of
+from pictures import SVG, curve, durations, fill_of, parse, percents, reads_as, stats, text_of
 from torch_models import Body, Head
 
 
@@ -325,27 +326,35 @@ def ema(values, weight):
 LONG = np.arange(10_000, dtype=float) ** 0.5 + np.sin(np.arange(10_000))
 
 
+def sent_line(view, i=0):
+    """(steps, values) of the i-th line the panel is sent."""
+    pts = np.array(view.chart["series"][i]["points"])
+    return pts[:, 0], pts[:, 1]
+
+
 def test_a_long_curve_is_drawn_as_bucket_means_at_their_mean_step(tmp_path):
-    fig, *_ = figure_parts(progress(recorded_losses(tmp_path, LONG), run="r"))
+    x, y = sent_line(progress(recorded_losses(tmp_path, LONG), run="r").widget())
     # at most 2000 points sent: ten thousand steps in buckets of five, steps from 0
-    assert np.allclose(fig.marks[0].y, LONG.reshape(2000, 5).mean(axis=1))
-    assert np.allclose(fig.marks[0].x, np.arange(10_000).reshape(2000, 5).mean(axis=1))
+    assert np.allclose(y, LONG.reshape(2000, 5).mean(axis=1))
+    assert np.allclose(x, np.arange(10_000).reshape(2000, 5).mean(axis=1))
 
 
 def test_smoothing_is_applied_to_every_step_before_the_curve_is_thinned(tmp_path):
-    p = progress(recorded_losses(tmp_path, LONG), run="r")
-    fig, _, smooth, _ = figure_parts(p)
-    smooth.value = 0.9
-    assert np.allclose(fig.marks[0].y, ema(LONG, 0.9).reshape(2000, 5).mean(axis=1))
-    smooth.value = 0.0
-    assert np.allclose(fig.marks[0].y, LONG.reshape(2000, 5).mean(axis=1))
+    view = progress(recorded_losses(tmp_path, LONG), run="r").widget()
+    view.smoothing = 0.9
+    assert np.allclose(sent_line(view)[1], ema(LONG, 0.9).reshape(2000, 5).mean(axis=1))
+    raw = np.array(view.chart["series"][0]["raw"])[:, 1]  # the raw trace, faded behind
+    assert np.allclose(raw, LONG.reshape(2000, 5).mean(axis=1))
+    view.smoothing = 0.0
+    assert np.allclose(sent_line(view)[1], LONG.reshape(2000, 5).mean(axis=1))
+    assert view.chart["series"][0]["raw"] == []
 
 
 def test_smoothing_keeps_a_constant_and_lags_a_step(tmp_path):
     losses = np.r_[np.full(10, 3.0), np.full(10, 4.0)]
-    fig, _, smooth, _ = figure_parts(progress(recorded_losses(tmp_path, losses), run="r"))
-    smooth.value = 0.5
-    y = np.asarray(fig.marks[0].y)
+    view = progress(recorded_losses(tmp_path, losses), run="r").widget()
+    view.smoothing = 0.5
+    y = sent_line(view)[1]
     assert np.allclose(y[:10], 3.0)  # debiased: the first points are not pulled towards 0
     assert 3 < y[10] < 4 and y[-1] == pytest.approx(4, abs=1e-3)
     assert np.allclose(y, ema(losses, 0.5))
@@ -358,18 +367,11 @@ def two_runs(tmp_path):
     return store
 
 
-def figure_parts(p):
-    title, controls, fig = p.widget().children
-    log, smooth, reset, hint = controls.children
-    return fig, log, smooth, reset
-
-
 def test_progress_overlays_runs_with_a_legend(tmp_path):
     p = progress(two_runs(tmp_path), run=["small", "big"])
-    fig, *_ = figure_parts(p)
-    lines = [m for m in fig.marks if type(m).__name__ == "Lines"]
-    assert [m.labels for m in lines] == [["small"], ["big"]]
-    assert all(m.display_legend for m in lines) and lines[0].colors != lines[1].colors
+    series = p.widget().chart["series"]
+    assert [s["name"] for s in series] == ["small", "big"] and series[0]["color"] != series[1]["color"]
+    assert p.colors == {"small": series[0]["color"], "big": series[1]["color"]}  # one colour a run, one place
     root = parse(p._repr_mimebundle_()["text/html"])
     assert len(root.findall(f".//{SVG}polyline")) == 2
     legend = "".join(root.itertext())
@@ -380,9 +382,9 @@ def test_progress_steps_count_from_zero_as_live_and_forwards_do(tmp_path):
     p = progress(two_runs(tmp_path), run="small")
     live = Live()
     feed(live, [1.0 / (i + 1) for i in range(30)])
-    fig, *_ = figure_parts(p)
-    assert list(fig.marks[0].x) == [pt[0] for pt in live.snapshot()["curve"]] == list(range(30))
-    assert list(fig.marks[0].y) == pytest.approx([pt[1] for pt in live.snapshot()["curve"]])
+    x, y = sent_line(p.widget())
+    assert list(x) == [pt[0] for pt in live.snapshot()["curve"]] == list(range(30))
+    assert list(y) == pytest.approx([pt[1] for pt in live.snapshot()["curve"]])
 
 
 def test_progress_counts_steps_not_forwards_when_a_step_runs_several(tmp_path):
@@ -393,48 +395,92 @@ def test_progress_counts_steps_not_forwards_when_a_step_runs_several(tmp_path):
                 rec.forward_began()
                 rec({"fact": "finished", "took_us": 1})
             rec({"fact": "loss", "value": 1.0 / (step + 1)})
-    fig, *_ = figure_parts(progress(store, run="micro"))
-    assert list(fig.marks[0].x) == [0, 1, 2, 3, 4]
+    assert list(sent_line(progress(store, run="micro").widget())[0]) == [0, 1, 2, 3, 4]
 
 
-def test_progress_log_toggle_swaps_the_y_scale_and_back(tmp_path):
-    p = progress(two_runs(tmp_path), run="small")  # 1 down to 1/30: under two decades, starts linear
-    fig, log, _, _ = figure_parts(p)
-    assert not log.value and type(fig.axes[1].scale).__name__ == "LinearScale"
-    log.value = True
-    assert type(fig.axes[1].scale).__name__ == "LogScale"
-    assert all(m.scales["y"] is fig.axes[1].scale for m in fig.marks)
-    assert fig.interaction.scales["y"] == [fig.axes[1].scale]  # zoom follows the new scale
-    log.value = False
-    assert type(fig.axes[1].scale).__name__ == "LinearScale"
+def axis_reads(p):
+    """The static picture's curve read back through its own tick labels, and
+    (dx, dy): what a pixel is worth. The axis describes the line when this
+    reading gives the data back."""
+    root = parse(p.to_html())
+    return curve(root.find(f".//{SVG}svg"), log=p.chart()["log"])
+
+
+@pytest.mark.parametrize("log", [True, False, True])
+def test_progress_axis_describes_the_line_after_the_scale_toggles(tmp_path, log):
+    """Switched to linear the ticks are linear; back to log they are decades again (issue 9, item 1)."""
+    losses = [1.0 / (i + 1) for i in range(30)]
+    p = progress(recorded_losses(tmp_path, losses), run="r")  # 1 down to 1/30: starts linear
+    view = p.widget()
+    view.log = log
+    assert view.chart["log"] is log
+    ticks_ = [t for t, _ in view.chart["yticks"]]
+    if log:
+        assert all(t > 0 for t in ticks_) and len(ticks_) >= 3
+    else:  # evenly spaced on a linear axis
+        assert len(set(np.round(np.diff(ticks_), 9))) == 1
+    read, (dx, dy) = axis_reads(p)
+    for (x, y), v, step in zip(read, losses, range(30)):
+        assert abs(x - step) <= dx
+        assert abs(math.log10(y) - math.log10(v)) <= dy if log else abs(y - v) <= dy
 
 
 def test_progress_starts_in_log_scale_when_the_loss_spans_decades(tmp_path):
     store = recorded_losses(tmp_path, [10.0 ** (-i / 100) for i in range(300)])
-    fig, log, _, _ = figure_parts(progress(store, run="r"))
-    assert log.value and type(fig.axes[1].scale).__name__ == "LogScale"
+    view = progress(store, run="r").widget()
+    assert view.chart["log"] and view.log is None  # chosen from the data until the reader picks
 
 
 def test_progress_smoothing_redraws_every_run(tmp_path):
-    p = progress(two_runs(tmp_path), run=["small", "big"])
-    fig, _, smooth, _ = figure_parts(p)
-    smooth.value = 0.9
-    for line, scale in zip(fig.marks[:2], (1.0, 10.0)):
-        assert np.allclose(line.y, ema([scale / (i + 1) for i in range(30)], 0.9))
-    smooth.value = 0.0
-    assert np.allclose(fig.marks[1].y, [10.0 / (i + 1) for i in range(30)])
+    view = progress(two_runs(tmp_path), run=["small", "big"]).widget()
+    view.smoothing = 0.9
+    for i, scale in enumerate((1.0, 10.0)):
+        assert np.allclose(sent_line(view, i)[1], ema([scale / (i + 1) for i in range(30)], 0.9))
+    view.smoothing = 0.0
+    assert np.allclose(sent_line(view, 1)[1], [10.0 / (i + 1) for i in range(30)])
 
 
-def test_progress_hovers_values_and_zooms(tmp_path):
-    p = progress(two_runs(tmp_path), run=["small", "big"])
-    fig, _, _, reset = figure_parts(p)
-    dots = [m for m in fig.marks if type(m).__name__ == "Scatter"]
-    assert len(dots) == 2 and all(d.tooltip.fields == ["x", "y"] for d in dots)
-    assert type(fig.interaction).__name__ == "PanZoom"
-    x_scale = fig.axes[0].scale
-    x_scale.min, x_scale.max = 5.0, 10.0  # as a drag would
-    reset.click()
-    assert (x_scale.min, x_scale.max) == (None, None)
+def test_progress_zoom_fits_both_axes_to_the_window_and_reset_shows_all(tmp_path):
+    losses = [100.0] * 5 + [1.0 + 0.01 * i for i in range(95)]
+    p = progress(recorded_losses(tmp_path, losses), run="r")
+    view = p.widget()
+    view.log = False
+    view.window = [40, 60]
+    x0, x1 = view.chart["x"]
+    assert (x0, x1) == (40, 60) and all(40 <= t <= 60 for t, _ in view.chart["xticks"])
+    lo, hi = view.chart["y"]  # fitted to the steps shown: 1.35..1.55, not 1..100
+    assert lo > 1.3 and hi < 1.6
+    read, (dx, dy) = axis_reads(p)  # the picture of the window reads back as the data
+    inside = [(x, y) for x, y in read if 40 - dx <= x <= 60 + dx]
+    assert inside and all(abs(y - losses[round(x)]) <= dy for x, y in inside)
+    view.window = []
+    assert view.chart["x"] == [0, 99]
+
+
+def test_progress_ignoring_outliers_leaves_a_spike_out_of_the_y_range(tmp_path):
+    losses = [1.0 + 0.001 * i for i in range(200)]
+    losses[50] = 1e6
+    view = progress(recorded_losses(tmp_path, losses), run="r").widget()
+    assert view.chart["log"]  # the spike spans decades
+    view.log, view.outliers = False, True
+    lo, hi = view.chart["y"]
+    assert hi < 2 and lo > 0.9
+
+
+def test_step_ticks_are_whole_numbers_at_any_length():
+    for n in (2, 3, 7, 12, 300, 10_001):
+        data = _chart.chart([{"name": "l", "color": "c", "points": [(i, 1.0 + i) for i in range(n)]}], log=False)
+        steps = [t for t, _ in data["xticks"]]
+        assert len(steps) >= 2 and all(float(t).is_integer() for t in steps), (n, steps)
+
+
+def test_a_diverging_log_axis_keeps_its_labels_few_and_apart():
+    """21 decades are not 21 labels on top of each other (issue 9, item 6)."""
+    data = _chart.chart([{"name": "l", "color": "c", "points": [(i, 10.0 ** (i - 3)) for i in range(22)]}], log=True)
+    values = [t for t, _ in data["yticks"]]
+    assert 3 <= len(values) <= _chart.MAX_TICKS
+    gaps = np.diff(np.log10(values))
+    assert len(set(np.round(gaps, 9))) == 1  # evenly spaced decades
 
 
 # --- spent ------------------------------------------------------------------------
@@ -486,8 +532,8 @@ def test_spent_makes_the_slow_node_of_twenty_obvious(tmp_path):
     root = parse(s._repr_mimebundle_()["text/html"])
     bars = root.findall(f".//{SVG}rect[@class='bar']")
     assert len(bars) == 21  # twenty nodes and the engine
-    fills = [b.get("fill") for b in bars if b.get("data-kind") == "node"]
-    assert [b.get("data-node") for b in bars if fills.count(b.get("fill")) == 1] == ["slow"]  # one colour of its own
+    fills = [fill_of(b) for b in bars if b.get("data-kind") == "node"]
+    assert [b.get("data-node") for b in bars if fills.count(fill_of(b)) == 1] == ["slow"]  # one colour of its own
     spans = root.findall(f".//{SVG}rect[@class='span']")
     assert len(spans) == 20
 
@@ -561,7 +607,7 @@ def test_spent_shows_the_trainers_own_time_as_a_grey_bar(tmp_path):
     assert (trainer["total_us"], trainer["mean_us"], trainer["count"]) == (1000, 250, 4)
     assert s.rows[0] is trainer and s.slowest == "body"  # the longest bar, yet not a node
     root = parse(s.to_html())
-    fill = {b.get("data-kind"): b.get("fill") for b in root.iter(f"{SVG}rect") if b.get("class") == "bar"}
+    fill = {b.get("data-kind"): fill_of(b) for b in root.iter(f"{SVG}rect") if b.get("class") == "bar"}
     assert fill["trainer"] == fill["engine"] != fill["node"]  # grey: time outside the nodes
     assert "Trainer" in text_of(root)
 
@@ -726,11 +772,15 @@ def test_a_graph_displayed_after_a_recorded_run_reads_no_record(tmp_path):
 
 def test_the_front_end_is_sent_the_javascript_of_js_widgets(recorded, tmp_path):
     g, store = twenty(tmp_path, forwards=1)
-    for panel in (Live(), spent(store, run="r"), g):
+    losses = recorded_losses(tmp_path, [2.0, 1.0], store=Store(tmp_path / "p"))
+    for panel in (Live(), spent(store, run="r"), g, progress(losses, run="r")):
         panel._repr_mimebundle_()
     opened = [data["state"] for _, kind, data in recorded.sent if kind == "comm_open" and "_esm" in data["state"]]
     source = Path(__file__).parents[1] / "js" / "widgets"
-    assert [o["_esm"] for o in opened] == [(source / f).read_text() for f in ("live.js", "spent.js", "graph.js")]
+    chart = (source / "chart.js").read_text()  # one chart renderer, in front of each module that draws a chart
+    assert [o["_esm"] for o in opened] == [chart + "\n" + (source / "live.js").read_text(),
+                                           (source / "spent.js").read_text(), (source / "graph.js").read_text(),
+                                           chart + "\n" + (source / "progress.js").read_text()]
     assert all(o["_css"] == (source / "panel.css").read_text() for o in opened)
 
 
@@ -738,3 +788,89 @@ def test_a_title_is_escaped_in_the_static_picture():
     title = "<script>alert(1)</script> & co"
     root = parse(Live(title=title).to_html())
     assert root.find(".//script") is None and title in "".join(root.itertext())
+
+
+def test_a_diverging_live_run_marks_the_step_that_went_non_finite():
+    """Issue 9, item 6: the last loss says nan, the chart marks the step, steps are whole numbers."""
+    live = Live()
+    feed(live, [10.0 ** k for k in range(21)] + [float("nan"), float("nan")])
+    snap = live.snapshot()
+    assert snap["last_text"] == "nan" and snap["not_finite_at"] == 21
+    root = parse(live.to_html())
+    assert stats(root)["last loss"] == "nan"
+    svg = root.find(f".//{SVG}svg")
+    marks = [text_of(t) for t in svg.iter(f"{SVG}text") if "not finite" in text_of(t)]
+    assert marks == ["not finite from step 21"]
+    labels = [t for t in svg.iter(f"{SVG}text") if t.get("class") == "tick"]
+    y_labels = [t for t in labels if t.get("text-anchor") == "end"]
+    assert 3 <= len(y_labels) <= _chart.MAX_TICKS
+    ys = sorted(float(t.get("y")) for t in y_labels)
+    assert min(np.diff(ys)) >= 14  # 11px labels never on top of each other
+    assert all(float(text_of(t).replace(",", "")).is_integer() for t in labels if t.get("text-anchor") == "middle")
+
+
+def test_live_tells_the_time_to_go_when_the_number_of_steps_is_known():
+    fake = FakeTime()
+    live = Live(total_steps=100, clock=fake.clock, timer=fake.timer)
+    for i in range(25):
+        fake.advance_to(0.1 * i)
+        feed(live, [1.0])
+    snap = live.snapshot()  # 25 steps in 2.4 s: 75 to go at that rate
+    assert snap["eta_s"] == pytest.approx(75 / (25 / 2.4), abs=0.1)
+    assert stats(parse(live.to_html()))["steps"] == "25 of 100"
+
+
+def test_a_long_node_name_is_cut_to_its_box_and_the_title_stays_short():
+    """Issue 9, item 7: names never overflow the fixed boxes; a big graph's title does not list every node."""
+    long_name = "a_node_with_a_very_long_descriptive_name_indeed"
+    nodes = [Step().named(long_name)] + [Step().named(f"step{i:02d}") for i in range(30)]
+    expr = nodes[0]
+    for n in nodes[1:]:
+        expr = expr >> n
+    g = Graph.somatize(expr)
+    bundle = g._repr_mimebundle_()
+    root = parse(bundle["text/html"])
+    box = next(e for e in root.iter(f"{SVG}g") if e.get("data-node") == long_name)
+    name = next(t for t in box.iter(f"{SVG}text") if t.get("font-weight") == "600")
+    assert text_of(name).endswith("…") and long_name.startswith(text_of(name)[:-1])
+    assert len(text_of(name)) * 13 * 0.68 <= 170 - 20  # the bold 13px name fits the node's width
+    assert long_name in text_of(box.find(f"{SVG}title"))  # the whole name on hover
+    title = "".join(root.find("div").itertext())
+    assert "31 nodes" in title and "step17" not in title
+
+
+def test_spent_gives_median_and_p95_beside_the_mean_with_the_warm_up_apart(tmp_path):
+    g, store = twenty(tmp_path, forwards=6)
+    said = facts(store, run="r")
+    s = spent(store, run="r")
+    for i, node in enumerate(g.nodes):
+        times = [took(node.name, i, f) for f in range(6)]
+        got = s.data["spread"]["nodes"][node.name]
+        assert got["first_us"] == times[0]  # the first call, apart
+        assert got["median_us"] == np.median(times[1:]) and got["p95_us"] == np.percentile(times[1:], 95)
+    whole = [f["took_us"] for f in said if f["fact"] == "finished"]
+    assert s.data["spread"]["forward"] == {"median_us": np.median(whole[1:]), "p95_us": np.percentile(whole[1:], 95),
+                                           "first_us": whole[0]}
+    table = parse(s.to_html()).find(".//table[@class='spread']")
+    rows = {text_of(tr[0]): [text_of(td) for td in tr[1:]] for tr in table.findall("tr")[1:]}
+    slow = s.data["spread"]["nodes"]["slow"]
+    assert durations(" ".join(rows["slow"])) == pytest.approx(
+        [s.data["rows"][0]["mean_us"], slow["median_us"], slow["p95_us"], slow["first_us"]], rel=5e-3)
+
+
+def test_live_draws_the_facts_it_is_told_to_beside_the_loss_smoothed_over_its_raw_trace():
+    live = Live(also=["val_loss"], smoothing=0.5)
+    for i in range(40):
+        feed(live, [1.0 / (i + 1)])
+        if i % 10 == 9:
+            live({"fact": "val_loss", "value": 2.0 / (i + 1)})
+    loss, val = live.snapshot()["chart"]["series"]
+    assert val["name"] == "val_loss" and [p[0] for p in val["points"]] == [9, 19, 29, 39]
+    raw = [1.0 / (i + 1) for i in range(40)]
+    assert [p[1] for p in loss["raw"]] == pytest.approx(raw)  # the raw trace, drawn faded behind
+    assert [p[1] for p in loss["points"]] == pytest.approx(ema(raw, 0.5))
+    root = parse(live.to_html())
+    svg = root.find(f".//{SVG}svg")
+    assert len(svg.findall(f".//{SVG}polyline[@class='curve']")) == 2
+    assert len(svg.findall(f".//{SVG}polyline[@class='raw']")) == 2
+    assert "val_loss" in [text_of(t) for t in svg.iter(f"{SVG}text")]  # the legend

@@ -3,12 +3,15 @@ a saved notebook stays small after 100k steps, and notebooks 01 and 02 run."""
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
-from pictures import SVG, curve, parse, stats
+from pictures import SVG, curve, parse, stats, svg_markup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,4 +94,40 @@ def test_notebook_02_store_and_record_runs(tmp_path):
     assert "Where the time went" in text and "sha256:" in text
     # the last cell draws the run's times on the graph: `heavy` (4 ms a forward) is the slow node
     last = html_outputs(nb.cells[-1])[0]
-    assert 'class="node slowest" data-node="heavy"' in last
+    assert 'class="node slowest" data-node="heavy"' in svg_markup(last)
+
+
+COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
+
+
+def panel_outputs(nb):
+    """Our panels' outputs (fit's progress bar is tqdm's, not ours)."""
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+            and o["data"]["text/plain"].startswith(("Graph(", "Live(", "progress(", "spent("))]
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_notebook_shows_every_panel_as_a_picture_where_widgets_do_not_run(name):
+    """Issue 9, item 3: no saved widget state hides the pictures, and each picture is an SVG image
+    (JupyterLab's sanitiser keeps <img>, strips inline <svg>)."""
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    assert "widgets" not in nb.metadata  # saved state makes nbconvert emit placeholders that need a CDN
+    panels = panel_outputs(nb)
+    assert panels
+    for out in panels:
+        html = out["data"]["text/html"]
+        assert "<svg" not in html and "<script" not in html
+        pictures = parse(html).findall(f".//{SVG}svg")
+        assert pictures and all(p.findall(f".//{SVG}text") for p in pictures)
+
+
+def test_nbconvert_html_of_a_committed_notebook_shows_the_pictures_offline(tmp_path):
+    """nbconvert --to html: the panels' pictures are inline data, nothing is loaded from a network."""
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--output-dir", str(tmp_path),
+                           str(ROOT / "notebooks" / "03-training.ipynb")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "03-training.html").read_text()
+    assert "application/vnd.jupyter.widget-state+json" not in page
+    assert page.count("data:image/svg+xml;base64,") >= 5  # graph, Live, progress, spent, spent on the graph
+    assert "somatize-static" in page

@@ -1,7 +1,8 @@
 // The graph panel. Python lays the DAG out and draws it as SVG (the same
 // picture the static fallback shows); this module puts that SVG in the page
-// and adds the one thing a static picture cannot do: click a node for its
-// details. The SVG is Python's own, with every name escaped.
+// and adds what a static picture cannot do: click a node for its details,
+// zoom (buttons, ctrl+wheel), pan (scroll or drag) and fit to the cell.
+// The SVG is Python's own, with every name escaped.
 
 function duration(us) {
   if (us === null || us === undefined) return "—";
@@ -60,9 +61,51 @@ function render({ model, el }) {
   const body = document.createElement("div");
   body.className = "graph-body";
   el.appendChild(body);
+  const tools = document.createElement("div");
+  tools.className = "tools";
+  head.appendChild(tools);
+  const tool = (text, label) => {
+    const b = document.createElement("button");
+    b.className = "toggle";
+    b.textContent = text;
+    b.title = label;
+    b.setAttribute("aria-label", label);
+    tools.appendChild(b);
+    return b;
+  };
+  const out = tool("−", "zoom out"), inn = tool("+", "zoom in"), fit = tool("fit", "fit the graph to the cell");
+  fit.setAttribute("aria-pressed", "false");
   const host = document.createElement("div");
   host.className = "graph-host";
   body.appendChild(host);
+  let zoom = 1;
+  function scale() {
+    const svg = host.querySelector("svg");
+    if (!svg) return;
+    const fitted = fit.getAttribute("aria-pressed") === "true";
+    host.classList.toggle("fit", fitted);
+    svg.style.width = fitted ? "" : `${Number(svg.getAttribute("width")) * zoom}px`;
+    svg.style.height = fitted ? "" : `${Number(svg.getAttribute("height")) * zoom}px`;
+  }
+  const zoomBy = (k) => { zoom = Math.min(4, Math.max(0.2, zoom * k)); fit.setAttribute("aria-pressed", "false"); scale(); };
+  out.addEventListener("click", () => zoomBy(1 / 1.25));
+  inn.addEventListener("click", () => zoomBy(1.25));
+  fit.addEventListener("click", () => {
+    fit.setAttribute("aria-pressed", String(fit.getAttribute("aria-pressed") !== "true"));
+    scale();
+  });
+  host.addEventListener("wheel", (ev) => {
+    if (!ev.ctrlKey) return;  // a plain wheel scrolls the page; ctrl+wheel zooms, as in a map
+    ev.preventDefault();
+    zoomBy(ev.deltaY > 0 ? 1 / 1.1 : 1.1);
+  }, { passive: false });
+  let drag = null;
+  host.addEventListener("mousedown", (ev) => { drag = [ev.clientX, ev.clientY, host.scrollLeft, host.scrollTop]; });
+  host.addEventListener("mousemove", (ev) => {
+    if (!drag || !(ev.buttons & 1)) { drag = null; return; }
+    host.scrollLeft = drag[2] - (ev.clientX - drag[0]);
+    host.scrollTop = drag[3] - (ev.clientY - drag[1]);
+  });
   const box = document.createElement("div");
   box.className = "details";
   body.appendChild(box);
@@ -80,6 +123,7 @@ function render({ model, el }) {
     if (!data || !data.svg) return;
     title.textContent = data.title;
     host.innerHTML = data.svg;
+    scale();
     for (const g of host.querySelectorAll("g.node:not(.io)")) {
       g.addEventListener("click", () => select(g.dataset.node));
     }

@@ -1,8 +1,8 @@
 """Panels in the notebook: `Live`, `progress`, `spent` and the graph panel.
 
 The rule this layer keeps: panels only read. They watch facts or query the
-record; nothing below them knows they exist. Jupyter (anywidget, ipywidgets,
-bqplot) is imported only when a panel is displayed or built, so importing
+record; nothing below them knows they exist. Jupyter (anywidget, ipywidgets) is
+imported only when a panel is displayed or built, so importing
 this package costs nothing in a script.
 """
 

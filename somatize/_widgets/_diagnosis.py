@@ -15,7 +15,7 @@ import base64
 import math
 from html import escape
 
-from . import _svg
+from . import _chart, _svg
 
 SHOWN = 8  # curves drawn at most: the worst findings'; the rest are listed
 POINTS = 1000  # points a curve is thinned to
@@ -51,9 +51,10 @@ def curve_svg(store, run, finding):
                        "color": COLOR.get(finding.kind, _svg.SERIES[6]), "points": inside})
     if finding.line is not None and points and (not log or finding.line > 0):
         xs = [points[0][0], points[-1][0]]
-        series.append({"name": f"threshold {_svg.number(finding.line)}", "color": RED,
+        series.append({"name": f"threshold {_chart.number(finding.line)}", "color": RED,
                        "points": [(x, finding.line) for x in xs]})
-    return _svg.line_chart(series, height=200, xlabel="step", ylabel=finding.curve, log=log)
+    data = _chart.chart(series, log=log, xlabel="step", ylabel=finding.curve)
+    return _svg.line_chart(data, height=200)
 
 
 def _anchor(run, i):
@@ -71,7 +72,7 @@ def diagnosis_inner(findings):
         color = COLOR.get(f.kind, _svg.SERIES[6])
         where = escape(f.node) if f.node is not None else "the loss"
         link = f"<a href='#{_anchor(run, i)}'>curve</a>" if i < SHOWN else ""
-        evidence = ", ".join(f"{k} {_svg.number(v) if isinstance(v, float) else v}" for k, v in f.evidence.items())
+        evidence = ", ".join(f"{k} {_chart.number(v) if isinstance(v, float) else v}" for k, v in f.evidence.items())
         evidence = escape(evidence)
         td = "<td style='padding:2px 8px 2px 0'>"
         rows.append(

@@ -22,7 +22,27 @@ from html import escape
 from . import _svg
 
 NODE_W, NODE_H, TIMED_H, IO_H, LAYER_GAP, NODE_GAP, MARGIN = 170, 44, 60, 30, 34, 22, 12
-BADGES = (("cached", "#9333ea"), ("frozen", "#0891b2"))
+BADGES = (("cached", "var(--jp-accent-color1, #9333ea)"), ("frozen", "var(--jp-info-color1, #0891b2)"))
+# The widest a character of the panel's font is, as a share of its size (a
+# name cut to fit by this never leaves its box; its full text is on hover).
+CHAR, BOLD = 0.62, 0.68
+TITLE_CHARS = 80
+
+
+def fit(text, width, char_w):
+    """`text` cut with "…" to fit `width` pixels at `char_w` pixels a character."""
+    most = max(1, int(width // char_w))
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _badges_w(n):
+    return sum(6.2 * len(b) + 11 for b, _ in BADGES if n.get(b))
+
+
+def title_of(g):
+    """The panel's title: the graph's repr when short, else its size."""
+    text = repr(g)
+    return text if len(text) <= TITLE_CHARS else f"Graph of {len(g.nodes)} nodes"
 
 
 def describe(g, timings=None):
@@ -119,9 +139,9 @@ def graph_svg(d):
                 path.append(f"L{vx:.1f},{foot:.1f}")
             x1, y1 = vx, foot
         parts.append(f'<path class="edge" data-from="{escape(e["from"])}" data-to="{escape(e["to"])}" '
-                     f'd="{" ".join(path)}" fill="none" stroke="{_svg.MUTED}" stroke-width="1.3"/>')
+                     f'd="{" ".join(path)}" style="fill:none;stroke:{_svg.MUTED};stroke-width:1.3"/>')
         parts.append(f'<path class="arrow" d="M{x2 - 4:.1f},{y2 - 5:.1f} L{x2 + 4:.1f},{y2 - 5:.1f} '
-                     f'L{x2:.1f},{y2 + 2:.1f} Z" fill="{_svg.MUTED}"/>')
+                     f'L{x2:.1f},{y2 + 2:.1f} Z" style="fill:{_svg.MUTED}"/>')
     for n in d["nodes"]:
         parts.append(_node_svg(n))
     parts.append("</svg>")
@@ -132,25 +152,27 @@ def _node_svg(n):
     x, y, H = n["x"], n["y"], n["h"]
     if n["kind"] == "io":
         return (f'<g class="node io" data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" '
-                f'height="{H}" rx="6" fill="{_svg.SURFACE}" stroke="{_svg.GRID}" stroke-width="1.2" '
+                f'height="{H}" rx="6" style="fill:{_svg.SURFACE};stroke:{_svg.GRID};stroke-width:1.2" '
                 f'stroke-dasharray="4 3"/>'
                 f'{_svg._text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
     t = n.get("timing")
     slow = bool(t and t.get("slowest"))
-    stroke = f'stroke="{_svg.SLOW}" stroke-width="2"' if slow else f'stroke="{_svg.GRID}" stroke-width="1.2"'
+    stroke = f'style="fill:{_svg.RAISED};stroke:{_svg.SLOW};stroke-width:2"' if slow else \
+        f'style="fill:{_svg.RAISED};stroke:{_svg.GRID};stroke-width:1.2"'
     parts = [f'<g class="node{" slowest" if slow else ""}" data-node="{escape(n["id"])}">'
              f'<title>{escape(_tip(n))}</title>'
              f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{H}" rx="6" '
-             f'fill="var(--jp-layout-color2, #f3f4f6)" {stroke}/>',
-             _svg._text(x + 10, y + 18, n["label"], 13, _svg.INK, weight="600"),
-             _svg._text(x + 10, y + 34, n["class"], 11, _svg.MUTED)]
+             f'{stroke}/>',
+             _svg._text(x + 10, y + 18, fit(n["label"], NODE_W - 20 - _badges_w(n), 13 * BOLD), 13, _svg.INK,
+                        weight="600"),
+             _svg._text(x + 10, y + 34, fit(n["class"], NODE_W - 20, 11 * CHAR), 11, _svg.MUTED)]
     bx = x + NODE_W - 6
     for badge, color in BADGES:
         if n[badge]:
             bw = 6.2 * len(badge) + 8
             bx -= bw
             parts.append(f'<rect class="badge-{badge}" x="{bx:.1f}" y="{y + 5}" width="{bw:.1f}" height="14" '
-                         f'rx="7" fill="{color}"/>')
+                         f'rx="7" style="fill:{color}"/>')
             parts.append(_svg._text(bx + bw / 2, y + 15.5, badge, 10, "#fff", "middle", "600"))
             bx -= 3
     if t:
@@ -161,9 +183,10 @@ def _node_svg(n):
                                 extra='class="timing"'))
         # The share of the run as a bar along the node's foot: the slow node is seen before it is read.
         track = NODE_W - 20
-        parts.append(f'<rect x="{x + 10}" y="{y + H - 7}" width="{track}" height="3" rx="1.5" fill="{_svg.GRID}"/>'
+        parts.append(f'<rect x="{x + 10}" y="{y + H - 7}" width="{track}" height="3" rx="1.5" '
+                     f'style="fill:{_svg.TRACK}"/>'
                      f'<rect class="share" x="{x + 10}" y="{y + H - 7}" width="{max(1.5, track * share):.1f}" '
-                     f'height="3" rx="1.5" fill="{color}"/>')
+                     f'height="3" rx="1.5" style="fill:{color}"/>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -174,7 +197,7 @@ def _tip(n):
     if t:
         tip += (f": {_svg.duration_us(t['mean_us'])} a forward, {t['share']:.0%} of the run, "
                 f"{_svg.duration_us(t['last_us'])} in forward {t['forward']}")
-    return tip + " — click for details"
+    return tip
 
 
 def _table(d):
@@ -214,7 +237,7 @@ def graph_html(d, title):
 
 def graph_bundle(g, include=None, exclude=None):
     """The display bundle of a graph: the widget view, the static SVG and text."""
-    title = repr(g)
+    title = title_of(g)
     d = describe(g)
     bundle = {"text/plain": repr(g), "text/html": graph_html(d, title)}
     try:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import _svg
+from . import _chart, _svg
 
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
@@ -75,8 +75,44 @@ class Curve:
         return out
 
 
+class Points:
+    """(step, value) pairs of a fact that comes now and then (a validation
+    loss), bounded like `Curve`: past `size`, neighbours merge into their mean."""
+
+    __slots__ = ("size", "xs", "ys")
+
+    def __init__(self, size=CURVE_POINTS):
+        self.size, self.xs, self.ys = size, [], []
+
+    def add(self, value, step):
+        self.xs.append(step)
+        self.ys.append(value)
+        if len(self.xs) == self.size:
+            self.xs = [(self.xs[i] + self.xs[i + 1]) / 2 for i in range(0, self.size, 2)]
+            self.ys = [(self.ys[i] + self.ys[i + 1]) / 2 for i in range(0, self.size, 2)]
+
+    def points(self):
+        return [(x, _finite(y), None, None) for x, y in zip(self.xs, self.ys)]
+
+
 def _finite(x):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _line(name, color, points, stride, smoothing):
+    """A chart series from a Curve's points: the band when bucketed; smoothed
+    (debiased EMA over the buckets) with the raw trace kept to draw faded behind."""
+    line = {"name": name, "color": color, "points": [(p[0], p[1]) for p in points],
+            "band": [(p[0], p[2], p[3]) for p in points] if stride > 1 else []}
+    if smoothing > 0:
+        acc = norm = 0.0
+        smooth = []
+        for x, y in line["points"]:
+            if y is not None:
+                acc, norm = smoothing * acc + y, smoothing * norm + 1
+                smooth.append((x, acc / norm))
+        line["raw"], line["points"], line["band"] = [list(p) for p in line["points"] if p[1] is not None], smooth, []
+    return line
 
 
 class Live:
@@ -86,6 +122,11 @@ class Live:
     `live` alone at the end of a cell to show it. It counts steps (one per
     `loss` fact), forwards and updates, and keeps the last and best loss.
 
+    `total_steps=N` (when known) adds the time to go; `also=["val_loss"]`
+    draws those facts' numeric `value` beside the loss, each at the step it
+    came in; `smoothing=0.6` draws a smoothed line over the faded raw one
+    (the panel has a slider for it, and a log-scale toggle).
+
     `clock` and `timer` are for tests: `clock()` gives seconds (default
     `time.monotonic`) and `timer(wait_s, fn)` returns an object with
     `start()` that calls `fn` once `wait_s` seconds have passed (default
@@ -93,8 +134,17 @@ class Live:
     passes, so it can count the sends exactly.
     """
 
-    def __init__(self, title="run", *, clock=time.monotonic, timer=threading.Timer):
+    def __init__(self, title="run", *, total_steps=None, also=(), smoothing=0.0, clock=time.monotonic,
+                 timer=threading.Timer):
         self.title = str(title)
+        self.total_steps = total_steps
+        # Other facts drawn beside the loss (a validation loss, an accuracy): each a curve of its
+        # numeric `value`, at the step it arrived in.
+        self.also = tuple(also)
+        self._also = {name: Points() for name in self.also}
+        self.smoothing = float(smoothing)
+        self.log = None  # the y axis: None chooses from the data; the panel's toggle sets it
+        self.not_finite_at = None  # the first step whose loss was NaN or infinite
         self._clock = clock
         self._new_timer = timer
         self.steps = self.forwards = self.updates = 0
@@ -122,12 +172,19 @@ class Live:
             self.last = value
             if value < self.best:
                 self.best = value
+            elif value != value or value == math.inf:
+                if self.not_finite_at is None:
+                    self.not_finite_at = self.steps - 1
             self._curve.add(value)
         elif kind == "finished":
             self.forwards += 1
             self._ended = self._clock()
         elif kind == "updated":
             self.updates += 1
+        elif kind in self._also:
+            value = fact.get("value")
+            if isinstance(value, (int, float)):
+                self._also[kind].add(value, max(0, self.steps - 1))
         self._version += 1
         if self._view is not None and self._timer is None:
             self._poke()
@@ -152,6 +209,14 @@ class Live:
     def snapshot(self):
         """Everything the panel shows, as plain data (what is sent)."""
         elapsed = (self._ended or self._began or 0) - (self._began or 0)
+        rate = self.steps / elapsed if elapsed > 0 else None
+        curve = [list(p) for p in self._curve.points()]
+        bad = self.not_finite_at
+        series = [_line("loss", _svg.SERIES[0], curve, self._curve.stride, self.smoothing)]
+        series += [_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing)
+                   for i, (name, c) in enumerate(self._also.items())]
+        marks = [] if bad is None else [{"x": bad, "label": f"not finite from step {bad:,}"}]
+        left = None if not (self.total_steps and rate) else max(0, self.total_steps - self.steps) / rate
         return {
             "title": self.title,
             "state": self._state,
@@ -160,11 +225,16 @@ class Live:
             "forwards": self.forwards,
             "updates": self.updates,
             "last": _finite(self.last),
+            "last_text": _chart.number(self.last),
+            "not_finite_at": bad,
+            "total": self.total_steps,
+            "eta_s": round(left, 1) if left is not None and self._state == "running" else None,
             "best": _finite(self.best),
             "elapsed_s": round(elapsed, 3),
-            "steps_per_s": round(self.steps / elapsed, 2) if elapsed > 0 else None,
+            "steps_per_s": round(rate, 2) if rate is not None else None,
             "stride": self._curve.stride,
-            "curve": [list(p) for p in self._curve.points()],
+            "curve": curve,
+            "chart": _chart.chart(series, log=self.log, marks=marks),
         }
 
     # --- the end of a notebook cell decides finished or failed -------------------
@@ -237,7 +307,13 @@ class Live:
             from ._views import LiveView
 
             self._view = LiveView(status=self.snapshot())
+            self._view.smoothing = self.smoothing
+            self._view.observe(self._chosen, ["log", "smoothing"])
         return self._view
+
+    def _chosen(self, change):
+        self.log, self.smoothing = self._view.log, float(self._view.smoothing)
+        self.flush()
 
     def _bundle(self):
         from ._views import view_bundle
@@ -264,12 +340,8 @@ class Live:
         best = _finite(self.best)
         return (
             f"Live({self.title!r}: {self._state}, {self.steps} steps, "
-            f"last loss {_fmt(self.last)}, best {_fmt(best)})"
+            f"last loss {_chart.number(self.last)}, best {_chart.number(best)})"
         )
-
-
-def _fmt(x):
-    return "—" if x is None else f"{x:.4g}"
 
 
 def _ipython():

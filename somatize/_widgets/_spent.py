@@ -17,9 +17,50 @@ The panel is drawn once, as SVG, in Python: the widget shows that picture
 
 from __future__ import annotations
 
+from html import escape
+
 from . import _graph, _svg
 
 TRAINER_FACT = "trainer_us"
+WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
+SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
+
+
+def _spread(values):
+    """{"median_us", "p95_us"} of a list of times, or None when empty."""
+    import numpy as np
+
+    if not len(values):
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    return {"median_us": float(np.median(a)), "p95_us": float(np.percentile(a, 95))}
+
+
+def spread_of(store, run, per_forward, count):
+    """Medians and p95s, the warm-up apart: {"forward": {...}, "nodes": {node: {...}}}.
+    A forward's comes from the series of forward times (any length); a
+    node's from every call, read only when the run has at most
+    `SPREAD_FORWARDS` forwards (the record keeps no per-node series)."""
+    from somatize.record import facts
+
+    took = per_forward["took_us"].to_numpy(dtype="float64")
+    forward = _spread([t for t in took[WARMUP:] if t == t]) or {}
+    forward["first_us"] = float(took[0]) if count and took[0] == took[0] else None
+    out = {"forward": forward, "nodes": {}}
+    if count <= SPREAD_FORWARDS:
+        calls, first, seen = {}, {}, set()
+        for f in facts(store, run=run):
+            kind = f.get("fact")
+            if kind in ("ran", "recalled") and isinstance(f.get("took_us"), (int, float)):
+                node = f["node"]
+                if node not in seen:  # a node's first call is its warm-up
+                    seen.add(node)
+                    first[node] = f["took_us"]
+                else:
+                    calls.setdefault(node, []).append(f["took_us"])
+        for node in seen:
+            out["nodes"][node] = {**(_spread(calls.get(node, [])) or {}), "first_us": first[node]}
+    return out
 
 
 def spent_data(store, run, forward=None):
@@ -59,7 +100,8 @@ def spent_data(store, run, forward=None):
         total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
         timeline = {"forward": which, "total_us": total, "spans": spans}
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
-            "slowest": slowest["label"] if slowest and slowest["slowest"] else None}
+            "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
+            "spread": spread_of(store, run, per_forward, count)}
 
 
 def timings(d):
@@ -98,6 +140,7 @@ def spent_inner(d, graph=None):
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
     grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
     parts.append(_svg.bars_svg(bars, title=title_of(d), unit_label=grey))
+    parts.append(_spread_table(d))
     t = d["timeline"]
     if t and t["spans"]:
         longest = max(s["took_us"] for s in t["spans"])
@@ -108,6 +151,32 @@ def spent_inner(d, graph=None):
                         f"({_svg.duration_us(t['total_us'])} in all)"))
         parts.append(_svg.timeline_svg(spans, t["total_us"]))
     return "".join(parts)
+
+
+def _spread_table(d):
+    """Mean, median and p95 of a forward and of each node's call, the first (warm-up) apart."""
+    spread = d.get("spread") or {"forward": {}, "nodes": {}}
+    rows = [("a whole forward", spread["forward"], _forward_mean(d))]
+    rows += [(r["label"], spread["nodes"].get(r["label"], {}), r["mean_us"]) for r in d["rows"] if r["kind"] == "node"]
+    cell = "padding:1px 14px 1px 0;text-align:right;font-variant-numeric:tabular-nums"
+    head = "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>"
+                   for h in ("mean", "median", "p95", "first (warm-up)"))
+    body = "".join(
+        f"<tr><td style='padding:1px 14px 1px 0'>{escape(name)}</td>"
+        + "".join(f"<td style='{cell}'>{_svg.duration_us(v)}</td>"
+                  for v in (mean, s.get("median_us"), s.get("p95_us"), s.get("first_us")))
+        + "</tr>" for name, s, mean in rows)
+    note = ("" if spread["nodes"] or not d["rows"] else
+            f"<div style='font-size:11px;color:{_svg.MUTED}'>a node's median and p95 are read for runs of at most "
+            f"{SPREAD_FORWARDS:,} forwards</div>")
+    return (_h("A forward and a call: mean, median and p95 after the first, and the first apart") +
+            f"<table class='spread' style='border-collapse:collapse;font-size:12px'>"
+            f"<tr><th></th>{head}</tr>{body}</table>{note}")
+
+
+def _forward_mean(d):
+    node = sum(r["total_us"] for r in d["rows"] if r["kind"] in ("node", "engine"))
+    return node / d["forwards"] if d["forwards"] else None
 
 
 def _h(text):

@@ -9,53 +9,37 @@ where there is none. Everything printed is escaped.
 
 from __future__ import annotations
 
+import base64
 import math
+import re
 from html import escape
 
+from . import _chart
+
 FONT = "var(--jp-ui-font-family, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif)"
+# The one palette: JupyterLab's theme variables, each with the light theme's
+# value as fallback. The page draws them in the theme it has (dark too); a
+# static picture (an <img>, where no variable is defined) draws the fallbacks
+# on its own light background. chart.js and panel.css receive these very
+# strings, so no colour is written twice.
 INK = "var(--jp-ui-font-color1, #1f2937)"
 MUTED = "var(--jp-ui-font-color2, #6b7280)"
 GRID = "var(--jp-border-color2, #e5e7eb)"
+TRACK = "var(--jp-border-color1, #d1d5db)"
 SURFACE = "var(--jp-layout-color1, #ffffff)"
-# One palette everywhere (Live, progress, spent, the graph panel, the JS too).
-SERIES = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#be123c", "#ca8a04", "#4b5563"]
-STATE = {"waiting": "#6b7280", "running": "#2563eb", "finished": "#16a34a", "failed": "#dc2626"}
-SLOW = "#ea580c"
-OVERHEAD = "#9ca3af"
-WIDE = 720  # the width of the spent panel's pictures, in the lab and on GitHub alike
+RAISED = "var(--jp-layout-color2, #f3f4f6)"
+SERIES = ["var(--jp-brand-color1, #2563eb)", "var(--jp-warn-color1, #ea580c)", "var(--jp-success-color1, #16a34a)",
+          "var(--jp-accent-color1, #9333ea)", "var(--jp-info-color1, #0891b2)", "var(--jp-error-color1, #be123c)",
+          "var(--jp-warn-color2, #ca8a04)", "var(--jp-ui-font-color2, #4b5563)"]
+STATE = {"waiting": "var(--jp-ui-font-color2, #6b7280)", "running": SERIES[0],
+         "finished": "var(--jp-success-color1, #16a34a)", "failed": "var(--jp-error-color1, #dc2626)"}
+SLOW = "var(--jp-warn-color1, #ea580c)"
+BAD = "var(--jp-error-color1, #dc2626)"
+OVERHEAD = "var(--jp-ui-font-color3, #9ca3af)"
+WIDE = 720  # the width the spent panel is drawn at; it shrinks to fit a narrower cell
 
-
-def ticks(lo, hi, count=5):
-    """Round tick values covering [lo, hi]."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return []
-    if hi <= lo:
-        hi = lo + (abs(lo) or 1.0)
-    raw = (hi - lo) / count
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    out, t = [], first
-    while t <= hi + step * 1e-9:
-        out.append(round(t, 12))
-        t += step
-    return out
-
-
-def number(x):
-    """A short, readable number for a label."""
-    if x is None:
-        return "—"
-    if x == 0:
-        return "0"
-    a = abs(x)
-    if float(x).is_integer() and a < 1e9:
-        return f"{x:,.0f}"
-    if a >= 1e5 or a < 1e-3:
-        return f"{x:.3g}"
-    if a >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
+number = _chart.number
+ticks = _chart.ticks
 
 
 def duration_us(us):
@@ -80,42 +64,33 @@ def seconds(s):
 
 
 def svg_open(width, height, label):
-    """The opening tag of a picture: its size, the panel font, and `label` for screen readers."""
+    """The opening tag of a picture: its size (it shrinks to a narrower cell),
+    the panel font, `label` for screen readers, and the panel's background."""
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="{FONT}" role="img" aria-label="{escape(label)}">')
+            f'viewBox="0 0 {width} {height}" style="max-width:100%;height:auto" font-family="{FONT}" role="img" '
+            f'aria-label="{escape(label)}"><rect class="ground" width="100%" height="100%" style="fill:{SURFACE}"/>')
 
 
 def _text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""):
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{color}" '
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" style="fill:{color}" '
         f'text-anchor="{anchor}" font-weight="{weight}" {extra}>{escape(str(s))}</text>'
     )
 
 
-def line_chart(series, *, width=WIDE, height=260, xlabel="step", ylabel="loss", log=False):
-    """An SVG line chart. `series`: [{"name", "color", "points": [(x, y)],
-    "band": [(x, lo, hi)] optional}]. Axes are labelled; y may be log."""
+def line_chart(data, *, width=WIDE, height=260):
+    """An SVG line chart of `_chart.chart`'s data: the ticks, labels and
+    points it holds, placed at this size (the page places the same data at
+    its own width, in chart.js)."""
     left, right, top, bottom = 64, 16, 12, 44
     w, h = width - left - right, height - top - bottom
-    xs = [p[0] for s in series for p in s["points"] if p[1] is not None]
-    ys = [p[1] for s in series for p in s["points"] if p[1] is not None]
-    ys += [v for s in series for p in s.get("band", ()) for v in p[1:] if v is not None]
-    if log:
-        ys = [y for y in ys if y > 0]
-    parts = [svg_open(width, height, f"{ylabel} over {xlabel}")]
-    if not xs or not ys:
+    parts = [svg_open(width, height, f"{data['ylabel']} over {data['xlabel']}")]
+    if data["y"] is None:
         parts.append(_text(left + w / 2, top + h / 2, "no values yet", 13, MUTED, "middle"))
         parts.append("</svg>")
         return "".join(parts)
-    x0, x1 = min(xs), max(xs)
-    if x1 == x0:
-        x1 = x0 + 1
-    f = (lambda v: math.log10(v)) if log else (lambda v: v)
-    y0, y1 = f(min(ys)), f(max(ys))
-    if y1 == y0:
-        y0, y1 = y0 - 0.5, y1 + 0.5
-    pad = (y1 - y0) * 0.05
-    y0, y1 = y0 - pad, y1 + pad
+    (x0, x1), (y0, y1) = data["x"], data["y"]
+    f = math.log10 if data["log"] else float
 
     def px(x):
         return left + (x - x0) / (x1 - x0) * w
@@ -123,41 +98,47 @@ def line_chart(series, *, width=WIDE, height=260, xlabel="step", ylabel="loss", 
     def py(y):
         return top + (1 - (f(y) - y0) / (y1 - y0)) * h
 
-    # Grid and axes: ticks on round values, labels with the unit.
-    for t in ticks(x0, x1, 6):
+    for t, label in data["xticks"]:
         X = px(t)
-        parts.append(f'<line x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" stroke="{GRID}" stroke-width="1"/>')
-        parts.append(_text(X, top + h + 16, number(t), 11, MUTED, "middle"))
-    yt = [10 ** k for k in range(math.floor(y0), math.ceil(y1) + 1)] if log else ticks(y0, y1, 5)
-    for t in yt:
-        if t <= 0 and log:
-            continue
+        parts.append(f'<line x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" style="stroke:{GRID}"/>')
+        parts.append(_text(X, top + h + 16, label, 11, MUTED, "middle", extra='class="tick"'))
+    for t, label in data["yticks"]:
         Y = py(t)
-        if Y < top - 0.5 or Y > top + h + 0.5:
-            continue
-        parts.append(f'<line x1="{left}" y1="{Y:.1f}" x2="{left + w}" y2="{Y:.1f}" stroke="{GRID}" stroke-width="1"/>')
-        parts.append(_text(left - 6, Y + 4, number(t), 11, MUTED, "end"))
-    parts.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" fill="none" stroke="{GRID}"/>')
-    parts.append(_text(left + w / 2, height - 8, xlabel, 12, INK, "middle"))
-    parts.append(_text(14, top + h / 2, ylabel, 12, INK, "middle",
+        parts.append(f'<line x1="{left}" y1="{Y:.1f}" x2="{left + w}" y2="{Y:.1f}" style="stroke:{GRID}"/>')
+        parts.append(_text(left - 6, Y + 4, label, 11, MUTED, "end", extra='class="tick"'))
+    parts.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" style="fill:none;stroke:{GRID}"/>')
+    parts.append(_text(left + w / 2, height - 8, data["xlabel"], 12, INK, "middle"))
+    parts.append(_text(14, top + h / 2, data["ylabel"], 12, INK, "middle",
                        extra=f'transform="rotate(-90 14 {top + h / 2:.1f})"'))
-    for s in series:
-        band = [(x, lo, hi) for x, lo, hi in s.get("band", ()) if lo is not None and hi is not None
-                and (not log or lo > 0)]
+    clip = f"clip-{id(data)}"
+    parts.append(f'<clipPath id="{clip}"><rect x="{left}" y="{top}" width="{w}" height="{h}"/></clipPath>')
+    for s in data["series"]:
+        band = [p for p in s["band"] if x0 <= p[0] <= x1]
         if len(band) > 1:
             upper = " ".join(f"{px(x):.1f},{py(hi):.1f}" for x, _, hi in band)
             lower = " ".join(f"{px(x):.1f},{py(lo):.1f}" for x, lo, _ in reversed(band))
-            parts.append(f'<polygon points="{upper} {lower}" fill="{s["color"]}" fill-opacity="0.15" stroke="none"/>')
-        pts = [(x, y) for x, y in s["points"] if y is not None and (not log or y > 0)]
+            parts.append(f'<polygon clip-path="url(#{clip})" points="{upper} {lower}" '
+                         f'style="fill:{s["color"]};fill-opacity:0.15;stroke:none"/>')
+        raw = [p for p in s.get("raw", ()) if x0 <= p[0] <= x1]
+        if raw:  # the unsmoothed values, faded behind the smoothed line
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in raw)
+            parts.append(f'<polyline class="raw" clip-path="url(#{clip})" points="{path}" '
+                         f'style="fill:none;stroke:{s["color"]};stroke-opacity:0.25;stroke-width:1"/>')
+        pts = [p for p in s["points"] if x0 <= p[0] <= x1]
         if pts:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-            parts.append(f'<polyline class="curve" points="{path}" fill="none" stroke="{s["color"]}" '
-                         f'stroke-width="1.75" stroke-linejoin="round"/>')
-    if len(series) > 1:
-        for i, s in enumerate(series):
-            Y = top + 10 + i * 16
-            parts.append(f'<rect x="{left + w - 150}" y="{Y - 6}" width="12" height="3" fill="{s["color"]}"/>')
-            parts.append(_text(left + w - 132, Y, s["name"], 11, INK))
+            parts.append(f'<polyline class="curve" clip-path="url(#{clip})" points="{path}" '
+                         f'style="fill:none;stroke:{s["color"]};stroke-width:1.75;stroke-linejoin:round"/>')
+    for m in data["marks"]:
+        X = px(m["x"])
+        parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '
+                     f'style="stroke:{BAD};stroke-dasharray:4 3"/>')
+        parts.append(_text(X - 4, top + h - 6, m["label"], 11, BAD, "end"))  # at the foot: a diverging line is high
+    if len(data["series"]) > 1:
+        for i, s in enumerate(data["series"]):
+            Y = top + 12 + i * 16
+            parts.append(f'<rect x="{left + w - 150}" y="{Y - 5}" width="14" height="3" style="fill:{s["color"]}"/>')
+            parts.append(_text(left + w - 130, Y, s["name"], 11, INK))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -173,8 +154,29 @@ def boxed(inner, title=None, badge=None):
                     f'color:#fff;background:{color}">{escape(text)}</span>')
         head = (f'<div style="font-weight:600;font-size:14px;margin-bottom:6px;color:{INK}">'
                 f'{escape(title)}{pill}</div>')
+    inner = as_images(inner)
     return (f'<div class="somatize-static" style="font-family:{FONT};color:{INK};background:{SURFACE};'
             f'border:1px solid {GRID};border-radius:6px;padding:10px 12px;max-width:{WIDE + 26}px">{head}{inner}</div>')
+
+
+_SVG = re.compile(r"<svg\b.*?</svg>", re.S)
+_LABEL = re.compile(r'aria-label="([^"]*)"')
+
+
+def as_images(html):
+    """`html` with each inline SVG made an <img> of it (a data: URL). What a
+    reader sees where no script runs: JupyterLab's sanitiser (an untrusted
+    notebook) strips inline SVG but keeps an image; GitHub, nbviewer and
+    nbconvert show it too. Inside an image no theme variable is defined, so
+    the picture draws the fallbacks on its own light ground."""
+    def image(m):
+        svg = m.group(0)
+        label = _LABEL.search(svg)
+        width = re.search(r'width="(\d+)"', svg).group(1)
+        data = base64.b64encode(svg.encode()).decode()
+        return (f'<img class="somatize-picture" src="data:image/svg+xml;base64,{data}" width="{width}" '
+                f'alt="{label.group(1) if label else "picture"}" style="max-width:100%;height:auto"/>')
+    return _SVG.sub(image, html)
 
 
 def stats_row(items):
@@ -188,23 +190,20 @@ def stats_row(items):
 
 def live_html(snap):
     state = snap["state"] + (f" ({snap['error']})" if snap.get("error") else "")
-    stats = stats_row([
-        ("steps", f"{snap['steps']:,}"),
-        ("steps/s", number(snap["steps_per_s"])),
-        ("last loss", number(snap["last"])),
-        ("best loss", number(snap["best"])),
-        ("elapsed", seconds(snap["elapsed_s"])),
-    ])
-    curve = snap["curve"]
-    pos = [p for p in curve if p[1] is not None]
-    log = (bool(pos) and all(p[2] is not None and p[2] > 0 for p in pos)
-           and max(p[3] for p in pos) / min(p[2] for p in pos) > 100)
-    chart = line_chart(
-        [{"name": "loss", "color": SERIES[0], "points": [(p[0], p[1]) for p in curve],
-          "band": [(p[0], p[2], p[3]) for p in curve] if snap["stride"] > 1 else []}],
-        xlabel="step", ylabel="loss (log scale)" if log else "loss", log=log,
-    )
-    return boxed(stats + chart, snap["title"], (state, STATE.get(snap["state"], MUTED)))
+    stats = stats_row([(label, value) for _, label, value in live_stats(snap)])
+    return boxed(stats + line_chart(snap["chart"]), snap["title"], (state, STATE.get(snap["state"], MUTED)))
+
+
+def live_stats(snap):
+    """[(key, label, text)] of Live's stats row: one list for the page and the picture."""
+    out = [("steps", "steps", f"{snap['steps']:,}" + (f" of {snap['total']:,}" if snap.get("total") else "")),
+           ("rate", "steps/s", number(snap["steps_per_s"])),
+           ("last", "last loss", snap["last_text"]),
+           ("best", "best loss", number(snap["best"])),
+           ("elapsed", "elapsed", seconds(snap["elapsed_s"]))]
+    if snap.get("eta_s") is not None:
+        out.append(("eta", "to go", seconds(snap["eta_s"])))
+    return out
 
 
 def _data_attrs(attrs):
@@ -228,7 +227,7 @@ def bars_svg(rows, *, title, unit_label):
         w = max(1.0, r["value"] / top * (width - left - right))
         parts.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
         parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
-                     f'fill="{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
+                     f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
         parts.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
     parts.append(_text(left, height - 4, unit_label, 11, MUTED))
     parts.append("</svg>")
@@ -245,13 +244,13 @@ def timeline_svg(spans, total_us, *, width=None):
     parts = [svg_open(width, height, "timeline of one forward")]
     for t in ticks(0, total, 5):
         X = left + t / total * w
-        parts.append(f'<line x1="{X:.1f}" y1="4" x2="{X:.1f}" y2="{height - 34}" stroke="{GRID}"/>')
+        parts.append(f'<line x1="{X:.1f}" y1="4" x2="{X:.1f}" y2="{height - 34}" style="stroke:{GRID}"/>')
         parts.append(_text(X, height - 20, duration_us(t), 11, MUTED, "middle"))
     for i, (label, began, took, color) in enumerate(spans):
         y = 6 + i * lane
         parts.append(_text(left - 8, y + 12, label, 12, INK, "end"))
         parts.append(f'<rect class="span" x="{left + began / total * w:.1f}" y="{y}" '
-                     f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" fill="{color}">'
+                     f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" style="fill:{color}">'
                      f'{_tip(f"{label}: began at {duration_us(began)}, took {duration_us(took)}")}</rect>')
     parts.append(_text(left + w / 2, height - 3, "time since the forward began", 11, MUTED, "middle"))
     parts.append("</svg>")

@@ -3,7 +3,8 @@ that watching, querying and scripts never import Jupyter.
 
 The rule it keeps: a view holds plain data in one synced trait, so one change
 on the Python side is one message to the front end (what the throttle counts).
-The JavaScript has one source, `js/widgets/`: a wheel carries it as
+The JavaScript has one source, `js/widgets/` (chart.js is joined in front
+of the modules that draw a chart): a wheel carries it as
 `somatize/_widgets/static/` (pyproject's force-include); a source checkout or
 an editable install reads it where it is.
 """
@@ -20,10 +21,29 @@ if not STATIC.is_dir():
     STATIC = Path(__file__).parents[2] / "js" / "widgets"  # a checkout
 
 
+def _joined(*names):
+    # anywidget loads one module a view; the chart code they share is put in
+    # front of each (plain functions, no import between the files).
+    return "\n".join((STATIC / name).read_text(encoding="utf-8") for name in names)
+
+
 class LiveView(anywidget.AnyWidget):
-    _esm = STATIC / "live.js"
+    _esm = _joined("chart.js", "live.js")
     _css = STATIC / "panel.css"
     status = traitlets.Dict().tag(sync=True)
+    log = traitlets.Bool(None, allow_none=True).tag(sync=True)
+    smoothing = traitlets.Float(0.0).tag(sync=True)
+
+
+class ProgressView(anywidget.AnyWidget):
+    _esm = _joined("chart.js", "progress.js")
+    _css = STATIC / "panel.css"
+    title = traitlets.Unicode().tag(sync=True)
+    chart = traitlets.Dict().tag(sync=True)
+    log = traitlets.Bool(None, allow_none=True).tag(sync=True)
+    smoothing = traitlets.Float(0.0).tag(sync=True)
+    outliers = traitlets.Bool(False).tag(sync=True)
+    window = traitlets.List().tag(sync=True)
 
 
 class SpentView(anywidget.AnyWidget):

@@ -85,10 +85,11 @@ a completed flush wrote and no longer reads: a block whose checksum fails, a
 file shorter than its summary says or whose checksum differs, a summary whose
 counts are not the log's. ``somatize check`` reports it all.
 
-Numbers are kept as they were given (ints stay ints, floats floats). Two
-exceptions from JSON: a NaN or infinity in a fact reads back as ``None``
-(the series keep it exactly), and a field orjson cannot encode is kept as
-its ``str``.
+Numbers are kept as they were given (ints stay ints, floats floats); a NaN
+or infinity in a fact's own fields reads back as itself (JSON has none: the
+block writes null and names the field under ``"~non_finite"``), one nested
+deeper reads back as ``None``. A field orjson cannot encode is kept as its
+``str``.
 """
 
 _WHERE = {

@@ -18,6 +18,7 @@ a run is read through ``_files``.
 
 from __future__ import annotations
 
+import math
 import struct
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -67,14 +68,42 @@ def _encodable(value, depth=0):
     return value
 
 
+# JSON has no NaN nor infinity (orjson writes null). A fact's top-level field
+# that is not finite is written as null and named, with its text, under this
+# key, so it reads back as itself and a reader tells "not finite" from "missing".
+NON_FINITE = "~non_finite"
+
+
 def _dumps(chunk) -> bytes:
     try:
-        return orjson.dumps(chunk, default=_loose, option=_DUMPS_OPTIONS)
+        out = orjson.dumps(chunk, default=_loose, option=_DUMPS_OPTIONS)
     except (orjson.JSONEncodeError, RecursionError):
         # Rare: some fact in this block cannot be encoded even loosely. Only
         # now is each fact looked at, so the hot path pays nothing for it.
-        return orjson.dumps([[fw, [_one(fact) for fact in facts]] for fw, facts in chunk],
-                            default=_loose, option=_DUMPS_OPTIONS)
+        chunk = [[fw, [_one(fact) for fact in facts]] for fw, facts in chunk]
+        out = orjson.dumps(chunk, default=_loose, option=_DUMPS_OPTIONS)
+    if b"null" in out:  # a None, or a value that was not finite: only then is each fact looked at
+        marked = [[fw, [_mark_non_finite(fact) for fact in facts]] for fw, facts in chunk]
+        out = orjson.dumps(marked, default=_loose, option=_DUMPS_OPTIONS)
+    return out
+
+
+def _mark_non_finite(fact):
+    if not isinstance(fact, dict):
+        return fact
+    odd = {k: repr(v) for k, v in fact.items() if isinstance(v, float) and not math.isfinite(v)}
+    return {**fact, NON_FINITE: odd} if odd else fact
+
+
+def _unmark_non_finite(groups):
+    for group in groups:
+        for fact in group[1]:
+            odd = fact.pop(NON_FINITE, None) if isinstance(fact, dict) else None
+            if isinstance(odd, dict):
+                for k, text in odd.items():
+                    if k in fact and fact[k] is None and text in ("nan", "inf", "-inf"):
+                        fact[k] = float(text)
+    return groups
 
 
 def _one(fact):
@@ -156,7 +185,10 @@ def read_block(data, offset: int, verify: bool = True):
 
 
 def decode(payload: bytes):
-    return orjson.loads(payload)
+    groups = orjson.loads(payload)
+    if NON_FINITE.encode() in payload:
+        _unmark_non_finite(groups)
+    return groups
 
 
 class Tail:

@@ -1,0 +1,219 @@
+// The line chart every somatize panel draws (Live and progress): plain
+// ESM, no bundler. Python (somatize/_widgets/_chart.py) decides the scale,
+// the ranges and every tick with its label, and sends them as data; this
+// code only places that data at the width the cell gives it, so the page
+// and the static picture agree by construction. Colours are the strings
+// Python sends: JupyterLab's theme variables with their fallbacks.
+// Joined in front of live.js and progress.js (somatize/_widgets/_views.py).
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CHAR_W = 6.6; // the widest a tick label's character is at 11px, to keep labels apart
+
+function svg(tag, attrs = {}, parent) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function div(cls, parent, text) {
+  const node = document.createElement("div");
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function button(parent, text, title, pressed) {
+  const node = document.createElement("button");
+  node.className = "toggle";
+  node.textContent = text;
+  node.title = title;
+  if (pressed !== undefined) node.setAttribute("aria-pressed", String(pressed));
+  parent.appendChild(node);
+  return node;
+}
+
+function label(x) {
+  if (x === null || x === undefined) return "—";
+  const a = Math.abs(x);
+  if (Number.isInteger(x) && a < 1e9) return x.toLocaleString("en-US");
+  if (a >= 1e5 || a < 1e-3) return Number(x.toPrecision(3)).toExponential();
+  if (a >= 100) return Math.round(x).toLocaleString("en-US");
+  return String(Number(x.toPrecision(4)));
+}
+
+// The point of `pts` ([[x, y]], x ascending) nearest to x.
+function nearest(pts, x) {
+  let lo = 0, hi = pts.length - 1;
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (pts[mid][0] < x) lo = mid; else hi = mid;
+  }
+  return Math.abs(pts[lo][0] - x) <= Math.abs(pts[hi][0] - x) ? pts[lo] : pts[hi];
+}
+
+// Draw `data` (_chart.chart's dict) into `host`. opts.onWindow([x0, x1] | null):
+// when given, the wheel zooms, a drag selects a range of x, a double click shows all.
+function drawChart(host, data, opts = {}) {
+  host.textContent = "";
+  const width = Math.max(280, host.clientWidth || 640);
+  const height = opts.height || 240;
+  const [left, right, top, bottom] = [64, 16, 10, 42];
+  const w = width - left - right, h = height - top - bottom;
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "somatize-chart" }, host);
+  if (!data || data.y === null) {
+    svg("text", { x: left + w / 2, y: top + h / 2, class: "muted", "text-anchor": "middle" }, root).textContent =
+      "no values yet";
+    return root;
+  }
+  const [x0, x1] = data.x, [y0, y1] = data.y;
+  const f = data.log ? Math.log10 : (v) => v;
+  const px = (x) => left + ((x - x0) / (x1 - x0)) * w;
+  const py = (y) => top + (1 - (f(y) - y0) / (y1 - y0)) * h;
+
+  // x labels: every k-th, the smallest k that keeps them apart at this width
+  const xt = data.xticks;
+  const widest = Math.max(1, ...xt.map(([, s]) => s.length)) * CHAR_W + 8;
+  const gap = xt.length > 1 ? px(xt[1][0]) - px(xt[0][0]) : w;
+  const every = Math.max(1, Math.ceil(widest / Math.max(1, gap)));
+  xt.forEach(([t, s], i) => {
+    svg("line", { x1: px(t), x2: px(t), y1: top, y2: top + h, class: "grid" }, root);
+    if (i % every === 0) {
+      svg("text", { x: px(t), y: top + h + 16, class: "tick", "text-anchor": "middle", "data-value": t }, root)
+        .textContent = s;
+    }
+  });
+  for (const [t, s] of data.yticks) {
+    const Y = py(t);
+    svg("line", { x1: left, x2: left + w, y1: Y, y2: Y, class: "grid" }, root);
+    svg("text", { x: left - 6, y: Y + 4, class: "tick", "text-anchor": "end", "data-value": t }, root).textContent = s;
+  }
+  svg("rect", { x: left, y: top, width: w, height: h, class: "frame" }, root);
+  svg("text", { x: left + w / 2, y: height - 6, class: "axis", "text-anchor": "middle" }, root).textContent = data.xlabel;
+  svg("text", {
+    x: 14, y: top + h / 2, class: "axis", "text-anchor": "middle", transform: `rotate(-90 14 ${top + h / 2})`,
+  }, root).textContent = data.ylabel;
+
+  const clipId = `sz-clip-${Math.random().toString(36).slice(2)}`;
+  svg("rect", { x: left, y: top, width: w, height: h }, svg("clipPath", { id: clipId }, root));
+  const plot = svg("g", { "clip-path": `url(#${clipId})` }, root);
+  const shown = [];
+  for (const s of data.series) {
+    const band = s.band.filter((p) => p[0] >= x0 && p[0] <= x1);
+    if (band.length > 1) {
+      const upper = band.map((p) => `${px(p[0]).toFixed(1)},${py(p[2]).toFixed(1)}`);
+      const lower = band.slice().reverse().map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`);
+      svg("polygon", { points: upper.concat(lower).join(" "), class: "band", style: `fill:${s.color}` }, plot);
+    }
+    if (s.raw && s.raw.length) {
+      svg("polyline", {
+        points: s.raw.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
+        class: "raw", style: `stroke:${s.color}`,
+      }, plot);
+    }
+    const pts = s.points.filter((p) => p[0] >= x0 && p[0] <= x1);
+    if (!pts.length) continue;
+    shown.push({ s, pts });
+    svg("polyline", {
+      points: pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
+      class: "curve", style: `stroke:${s.color}`, "data-points": pts.length, "data-name": s.name,
+    }, plot);
+  }
+  for (const m of data.marks) {
+    const X = px(m.x);
+    svg("line", { x1: X, x2: X, y1: top, y2: top + h, class: "mark" }, root);
+    // at the foot of the plot: a diverging line is high where it stops
+    svg("text", { x: X - 4, y: top + h - 6, class: "mark", "text-anchor": "end" }, root).textContent = m.label;
+  }
+
+  // Hover: a line at the nearest step and every series' value there, in one box.
+  const cross = svg("line", { y1: top, y2: top + h, class: "cross", visibility: "hidden" }, root);
+  const dots = shown.map(({ s }) => svg("circle", { r: 3.5, style: `fill:${s.color}`, visibility: "hidden" }, root));
+  const tip = svg("g", { class: "hover", visibility: "hidden" }, root);
+  const tipBox = svg("rect", { rx: 3, class: "hover-box" }, tip);
+  const tipText = svg("text", { class: "hover" }, tip);
+  const brush = svg("rect", { y: top, height: h, class: "brush", visibility: "hidden" }, root);
+  const toX = (ev) => {
+    const box = root.getBoundingClientRect();
+    return ((ev.clientX - box.left) / box.width) * width;
+  };
+  let dragFrom = null;
+  root.addEventListener("mousemove", (ev) => {
+    const mx = toX(ev);
+    if (dragFrom !== null) {
+      brush.setAttribute("x", Math.min(dragFrom, mx));
+      brush.setAttribute("width", Math.abs(mx - dragFrom));
+      brush.setAttribute("visibility", "visible");
+    }
+    if (mx < left || mx > left + w || !shown.length) return;
+    const step = x0 + ((mx - left) / w) * (x1 - x0);
+    const at = nearest(shown[0].pts, step)[0];
+    const X = px(at);
+    const lines = [`${data.xlabel} ${label(Math.round(at * 100) / 100)}`];
+    shown.forEach(({ s, pts }, i) => {
+      const p = nearest(pts, at);
+      dots[i].setAttribute("cx", px(p[0]));
+      dots[i].setAttribute("cy", py(p[1]));
+      dots[i].setAttribute("visibility", "visible");
+      lines.push(`${s.name}: ${label(p[1])}`);
+    });
+    cross.setAttribute("x1", X); cross.setAttribute("x2", X);
+    cross.setAttribute("visibility", "visible");
+    tipText.textContent = "";
+    lines.forEach((t, i) => svg("tspan", { x: 0, dy: i ? 15 : 0 }, tipText).textContent = t);
+    tip.setAttribute("visibility", "visible");
+    const bb = tipText.getBBox();
+    const flip = X + 12 + bb.width > left + w;
+    const tx = flip ? X - 12 - bb.width : X + 12;
+    tipText.setAttribute("transform", `translate(${tx} ${top + 16})`);
+    tipBox.setAttribute("x", tx - 5); tipBox.setAttribute("y", top + 16 + bb.y - 3);
+    tipBox.setAttribute("width", bb.width + 10); tipBox.setAttribute("height", bb.height + 6);
+  });
+  root.addEventListener("mouseleave", () => {
+    for (const n of [cross, tip, brush, ...dots]) n.setAttribute("visibility", "hidden");
+    dragFrom = null;
+  });
+  if (opts.onWindow) {
+    const atX = (mx) => x0 + ((Math.min(Math.max(mx, left), left + w) - left) / w) * (x1 - x0);
+    root.addEventListener("wheel", (ev) => {
+      ev.preventDefault();
+      const c = atX(toX(ev)), k = ev.deltaY > 0 ? 1.25 : 0.8;
+      opts.onWindow([c - (c - x0) * k, c + (x1 - c) * k]);
+    }, { passive: false });
+    root.addEventListener("mousedown", (ev) => { dragFrom = toX(ev); ev.preventDefault(); });
+    root.addEventListener("mouseup", (ev) => {
+      const mx = toX(ev);
+      if (dragFrom !== null && Math.abs(mx - dragFrom) > 5) {
+        opts.onWindow([atX(Math.min(dragFrom, mx)), atX(Math.max(dragFrom, mx))]);
+      }
+      dragFrom = null;
+      brush.setAttribute("visibility", "hidden");
+    });
+    root.addEventListener("dblclick", () => opts.onWindow(null));
+  }
+  return root;
+}
+
+// One swatch and name a line, when there is more than one line.
+function drawLegend(legend, series) {
+  legend.textContent = "";
+  legend.hidden = series.length < 2;
+  for (const line of series) {
+    const item = div("item", legend);
+    const swatch = document.createElement("span");
+    swatch.className = "swatch";
+    swatch.style.background = line.color;
+    item.append(swatch, document.createTextNode(line.name));
+  }
+}
+
+// Redraw `draw` when `el`'s width changes (only then, or drawing would feed the observer).
+function onResize(el, draw) {
+  let seen = 0;
+  const observer = new ResizeObserver(() => {
+    if (el.clientWidth !== seen) { seen = el.clientWidth; draw(); }
+  });
+  observer.observe(el);
+  return observer;
+}

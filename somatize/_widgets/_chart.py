@@ -1,0 +1,145 @@
+"""One line chart for every panel: its scale, its ticks and its data.
+
+The rule it keeps: the static picture and the live view agree by
+construction. Python decides the scale (linear or log), the ranges and every
+tick (value and label) here; `_svg.line_chart` draws that data without a
+browser, and `js/widgets/chart.js` draws the very same data in the page at
+whatever width the cell gives it. Neither side computes a tick of its own.
+
+Steps are whole numbers: the step axis never shows 0.5. A log axis shows
+decades, thinned to at most `MAX_TICKS` labels (every second, fifth or tenth
+decade when the loss diverges), or 1-2-5 inside a decade when the range is
+short.
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_TICKS = 7
+
+
+def number(x):
+    """A short, readable number for a label."""
+    if x is None:
+        return "—"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if x != x else ("inf" if x > 0 else "-inf")
+    if x == 0:
+        return "0"
+    a = abs(x)
+    if float(x).is_integer() and a < 1e9:
+        return f"{x:,.0f}"
+    if a >= 1e5 or a < 1e-3:
+        return f"{x:.3g}"
+    if a >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+def tick_label(x):
+    """A tick's label: as `number`, but short enough for the axis margin
+    (1e5 and 2.5e-7 rather than 100,000 and 2.5e-07)."""
+    a = abs(x)
+    if a and (a >= 1e4 or a < 1e-3):
+        return f"{x:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    return number(x)
+
+
+def ticks(lo, hi, count=5, whole=False):
+    """Round tick values covering [lo, hi]; `whole`: whole numbers only."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    if hi <= lo:
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    if whole:  # a step is a whole number: never a tick at 0.5 or 2.5
+        step = 1 if step < 1 else 2 if step == 2.5 else step
+    first = math.ceil(lo / step - 1e-9) * step
+    out, t = [], first
+    while t <= hi + step * 1e-9:
+        out.append(round(t, 12))
+        t += step
+    return out
+
+
+def log_ticks(lo, hi):
+    """Tick values for a log axis over [lo, hi] (both > 0): decades, every
+    k-th decade when there are too many, 1-2-5 (or 1-5) when three or fewer."""
+    a, b = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
+    decades = [10.0 ** k for k in range(a, b + 1)]
+    inside = [v for v in decades if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+    if len(inside) <= 3:
+        fine = [m * 10.0 ** k for k in range(a - 1, b + 1) for m in (1, 2, 5)]
+        fine = [v for v in fine if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+        if len(fine) > MAX_TICKS:
+            fine = [v for v in fine if _mantissa(v) in (1, 5)]
+        if len(fine) >= 2:
+            return fine
+        return [t for t in ticks(lo, hi, 4) if t > 0]  # less than a factor 2: round values, as on a linear axis
+    every = next(k for k in (1, 2, 5, 10, 20, 50, 100) if len(inside) / k <= MAX_TICKS)
+    return [v for v in inside if round(math.log10(v)) % every == 0]
+
+
+def _mantissa(v):
+    return round(v / 10.0 ** math.floor(math.log10(v) + 1e-9))
+
+
+def wants_log(ys):
+    """Log scale when every value is positive and they span more than two decades."""
+    ys = [y for y in ys if y is not None]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 100
+
+
+def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outliers=False, marks=()):
+    """The chart's data. `series`: [{"name", "color", "points": [(x, y)],
+    "band": [(x, lo, hi)] optional}]; `log`: None chooses from the data;
+    `window`: (x0, x1) to show part of x (the y range fits what is inside);
+    `raw` in a series: its unsmoothed values, drawn faded behind it;
+    `outliers`: True leaves the values past the 1st/99th percentile out of
+    the y range; `marks`: [{"x", "label"}], vertical lines (a step that went
+    non-finite). Everything the page needs: ranges, ticks, labels, points."""
+    pts = [(x, y) for s in series for x, y in s["points"] if y is not None and math.isfinite(y)]
+    if log is None:
+        log = wants_log([y for _, y in pts])
+    f = math.log10 if log else float
+    xs = [x for x, _ in pts]
+    x0, x1 = (min(xs), max(xs)) if xs else (0, 1)
+    x1 = max([x1] + [m["x"] for m in marks])  # a step marked (went non-finite) is inside the plot
+    if window:
+        x0, x1 = max(x0, window[0]), min(x1, window[1])
+    if x1 <= x0:
+        x1 = x0 + 1
+    inside = [y for x, y in pts if x0 <= x <= x1 and (not log or y > 0)]
+    inside += [v for s in series for x, lo, hi in s.get("band", ()) if x0 <= x <= x1
+               for v in (lo, hi) if v is not None and math.isfinite(v) and (not log or v > 0)]
+    if outliers and len(inside) > 20:
+        ordered = sorted(inside)
+        cut = len(ordered) // 100 + 1
+        inside = ordered[cut:-cut]
+    out = {"log": bool(log), "xlabel": xlabel, "ylabel": ylabel + (" (log scale)" if log else ""),
+           "x": [x0, x1], "y": None, "xticks": [], "yticks": [], "marks": list(marks),
+           "series": [{"name": s["name"], "color": s["color"],
+                       "points": [[x, y] for x, y in s["points"] if y is not None and math.isfinite(y)
+                                  and (not log or y > 0)],
+                       "band": [[x, lo, hi] for x, lo, hi in s.get("band", ())
+                                if lo is not None and hi is not None and (not log or lo > 0)],
+                       "raw": [[x, y] for x, y in s.get("raw", ()) if y is not None and math.isfinite(y)
+                               and (not log or y > 0)]}
+                      for s in series]}
+    if not inside:
+        return out
+    y0, y1 = f(min(inside)), f(max(inside))
+    if y1 == y0:
+        y0, y1 = y0 - 0.5, y1 + 0.5
+    pad = (y1 - y0) * 0.05
+    y0, y1 = y0 - pad, y1 + pad
+    out["y"] = [y0, y1]  # in the axis's own space: log10 of the value on a log axis
+    whole = all(float(x).is_integer() for x in xs[:50])
+    xt = ticks(x0, x1, 6, whole=whole)
+    out["xticks"] = [[t, number(t) if abs(t) < 1e6 else tick_label(t)] for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]
+    yt = log_ticks(10 ** y0, 10 ** y1) if log else ticks(y0, y1, 5)
+    out["yticks"] = [[t, tick_label(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
+    return out
