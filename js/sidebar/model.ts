@@ -79,7 +79,22 @@ export function number(v: number | null | undefined): string {
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) {
     return v.toExponential(2);
   }
-  return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+}
+
+/** Round values between lo and hi for an axis (steps of 1, 2 or 5 × 10^k). */
+export function ticks(lo: number, hi: number, count = 5): number[] {
+  const span = hi - lo;
+  if (!(span > 0) || !Number.isFinite(span)) {
+    return [lo];
+  }
+  const mag = 10 ** Math.floor(Math.log10(span / count));
+  const step = [1, 2, 5, 10].map(m => m * mag).find(s => span / s <= count) ?? 10 * mag;
+  const out: number[] = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+    out.push(Number(t.toPrecision(12)));
+  }
+  return out;
 }
 
 export function duration(seconds: number | null | undefined): string {

@@ -5,8 +5,9 @@
  * summaries side by side. Colours are JupyterLab's theme variables.
  */
 import { Widget } from '@lumino/widgets';
+import { Message } from '@lumino/messaging';
 
-import { IChosen, ICurve, INode, IRun, best, configText, duration, number } from './model';
+import { IChosen, ICurve, INode, IRun, best, configText, duration, number, ticks } from './model';
 import { requestAPI } from './request';
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -100,10 +101,26 @@ export class RunsPanel extends Widget {
     }
   }
 
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    if (this.drawn) {
+      this.drawCurves(this.drawn);
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    if (this.drawn) {
+      this.drawCurves(this.drawn);
+    }
+  }
+
   private drawCurves(curves: (ICurve | null)[]): void {
-    const W = 640;
-    const H = 300;
-    const M = { left: 56, right: 12, top: 12, bottom: 34 };
+    this.drawn = curves;
+    // drawn at the panel's own width, so the text keeps its size
+    const W = Math.max(320, Math.min(900, (this.node.clientWidth || 680) - 40));
+    const H = Math.round(Math.min(320, Math.max(220, W * 0.45)));
+    const M = { left: 56, right: 16, top: 12, bottom: 36 };
     this.curves.replaceChildren(el('h3', 'smz-h', `${this.curveName} by step`));
     const drawn = curves.filter((c): c is ICurve => c !== null && c.value.length > 0);
     if (!drawn.length) {
@@ -119,19 +136,18 @@ export class RunsPanel extends Widget {
     }
     const sx = (x: number) => M.left + ((x - x0) / (x1 - x0)) * (W - M.left - M.right);
     const sy = (y: number) => H - M.bottom - ((y - y0) / (y1 - y0)) * (H - M.top - M.bottom);
-    const chart = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: 'smz-chart', role: 'img' });
+    const chart = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: 'smz-chart', role: 'img' });
     chart.setAttribute('aria-label', `${this.curveName} of ${drawn.length} runs`);
     chart.appendChild(svg('rect', { x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom, class: 'smz-plot' }));
-    for (const t of [0, 0.5, 1]) {
-      const y = y0 + t * (y1 - y0);
+    for (const y of ticks(y0, y1, 5)) {
       chart.appendChild(svg('line', { x1: M.left, x2: W - M.right, y1: sy(y), y2: sy(y), class: 'smz-grid' }));
       const text = svg('text', { x: M.left - 6, y: sy(y) + 4, 'text-anchor': 'end', class: 'smz-tick' });
       text.textContent = number(y);
       chart.appendChild(text);
     }
-    for (const [t, anchor] of [[0, 'start'], [1, 'end']] as [number, string][]) {
-      const x = Math.round(x0 + t * (x1 - x0));
-      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': anchor, class: 'smz-tick' });
+    for (const x of ticks(x0, x1, Math.max(2, Math.floor(W / 110))).filter(Number.isInteger)) {
+      chart.appendChild(svg('line', { x1: sx(x), x2: sx(x), y1: H - M.bottom, y2: H - M.bottom + 4, class: 'smz-grid' }));
+      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': 'middle', class: 'smz-tick' });
       text.textContent = String(x);
       chart.appendChild(text);
     }
@@ -226,6 +242,7 @@ export class RunsPanel extends Widget {
     this.table.appendChild(wrap);
   }
 
+  private drawn: (ICurve | null)[] | null = null;
   private curveName: string;
   private picker: HTMLSelectElement;
   private curves: HTMLElement;

@@ -27,6 +27,7 @@ export interface ISidebarActions {
   remove(chosen: IChosen[]): Promise<boolean>;
 }
 
+const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', interrupted: '⏸', damaged: '✗' };
 const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
 
@@ -234,16 +235,16 @@ export class RunBrowser extends Widget {
     const columns: [SortKey | null, string, string][] = [
       [null, '', 'select'],
       ['run', 'Run', 'run'],
-      ['state', 'State', 'state'],
       ['steps', 'Steps', 'steps'],
-      ...facts.map(f => [`fact:${f}` as SortKey, `${f} last / best`, `fact`] as [SortKey, string, string]),
+      ...facts.map(f => [`fact:${f}` as SortKey, f, `fact`] as [SortKey, string, string]),
       ...(hasConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
-      ['duration', 'Duration', 'duration'],
+      ['duration', 'Took', 'duration'],
       ['age', 'Updated', 'age']
     ];
     for (const [by, label, col] of columns) {
       const th = el('th');
       th.dataset.col = col;
+      th.title = col === 'fact' ? `${label}: last / best (sort by last)` : label;
       if (by) {
         const b = el('button', 'smz-sort', label);
         b.addEventListener('click', () => {
@@ -306,9 +307,12 @@ export class RunBrowser extends Widget {
     first.dataset.col = 'select';
     first.appendChild(box);
     tr.appendChild(first);
-    cell('run', row.run);
-    const state = cell('state', row.state, row.state === 'damaged' ? [row.problem, ...(row.check ?? [])].join('\n') : row.state);
-    state.classList.add('smz-state');
+    // the state is a sign of its own shape and colour before the name, and
+    // its word for screen readers and the tooltip (the sidebar is narrow)
+    const name = cell('run', '', row.state === 'damaged' ? [row.problem, ...(row.check ?? [])].join('\n') : `${row.run}: ${row.state}`);
+    const sign = el('span', 'smz-state', STATE_SIGN[row.state] ?? '?');
+    sign.setAttribute('aria-hidden', 'true');
+    name.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
     for (const f of facts) {
       const stat = row.summarising?.[f];

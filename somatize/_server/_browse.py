@@ -32,6 +32,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from .._base.errors import SomatizeError
 from .._store import files
@@ -46,6 +47,7 @@ SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
 FACTS_PAGE = 10_000  # facts in one answer at most
+_SHAPE = 1  # the shape of a row: part of every listing's tag (bump it when _row changes)
 
 
 class NotFound(SomatizeError, LookupError):
@@ -165,6 +167,14 @@ class Browser:
         """A page of the store's runs, sorted by name: ``runs`` (rows),
         ``total`` (runs matching), ``offset``, ``next`` (offset of the next
         page, or None)."""
+        return self.runs_tagged(sid, offset, limit, match)[0]
+
+    def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "") -> tuple[dict, str]:
+        """``runs(...)`` and a tag that changes whenever the page would: the
+        names on it, the identity of each one's summary file (a flush renames
+        a new one in) and the state of each running run (its lock may have
+        been dropped by a process that died, with no file changed). A poll
+        that sends the tag back is answered without building the page again."""
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         try:
@@ -175,16 +185,19 @@ class Browser:
             low = match.lower()
             names = [n for n in names if low in n.lower()]
         page = names[offset : offset + limit]
-        rows = self._rows_of(sid, root, page)
+        keys = [_summary_key(root, n) for n in page]
+        rows = self._rows_of(sid, root, page, keys)
         end = offset + len(page)
-        return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}
+        running = [r["run"] for r in rows if r["state"] == "running"]
+        tag = xxhash.xxh3_128_hexdigest(repr((sid, offset, len(names), page, keys, running, _SHAPE)).encode())
+        return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        return self._rows_of(sid, root, [run])[0]
+        return self._rows_of(sid, root, [run], [_summary_key(root, run)])[0]
 
-    def _rows_of(self, sid, root, names) -> list[dict]:
-        keys = {n: _summary_key(root, n) for n in names}
+    def _rows_of(self, sid, root, names, keys) -> list[dict]:
+        keys = dict(zip(names, keys))
         rows: dict[str, dict] = {}
         missing = []
         with self._lock:

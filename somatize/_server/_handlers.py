@@ -5,8 +5,9 @@ Every verb is ``@tornado.web.authenticated`` and ``@authorized`` against the
 resource ``somatize`` (reads are "read", DELETE is "write"); DELETE goes
 through jupyter_server's XSRF check (never overridden here). Reads run on a
 small thread pool, never on the event loop. GET answers carry an ETag
-(tornado's, over the body) and a poll that sends it back gets 304 with no
-body. An error answers JSON ``{"message": ...}`` with no traceback and no
+(tornado's, over the body; a listing's is ``Browser.runs_tagged``'s tag,
+known before the body is built) and a poll that sends it back gets 304 with
+no body. An error answers JSON ``{"message": ...}`` with no traceback and no
 absolute path.
 """
 
@@ -37,9 +38,16 @@ class _Handler(APIHandler):
     def initialize(self, browser: Browser):
         self.browser = browser
 
-    async def _answer(self, fn, *args):
+    async def _answer(self, fn, *args, tagged=False):
         try:
             result = await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+            if tagged:  # (answer, tag): a poll that sends the tag back gets 304, nothing serialised
+                result, tag = result
+                self.set_header("Etag", f'"{tag}"')
+                if self.check_etag_header():
+                    self.set_status(304)
+                    self.finish()
+                    return
         except NotFound as e:
             raise web.HTTPError(404, self._text(e)) from None
         except Bad as e:
@@ -92,7 +100,7 @@ class RunsHandler(_Handler):
         offset = self._int("offset", 0)
         limit = self._int("limit", PAGE, 0, PAGE)
         match = self.get_query_argument("match", "")[:200]
-        await self._answer(self.browser.runs, sid, offset, limit, match)
+        await self._answer(self.browser.runs_tagged, sid, offset, limit, match, tagged=True)
 
 
 class RunHandler(_Handler):
