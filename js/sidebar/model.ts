@@ -71,15 +71,15 @@ export function best(name: string, stat: IStat): number | null {
   return HIGHER.test(name) ? stat.max : stat.min;
 }
 
-export function number(v: number | null | undefined): string {
+export function number(v: number | null | undefined, digits = 4): string {
   if (v === null || v === undefined || !Number.isFinite(v)) {
     return '–';
   }
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) {
-    return v.toExponential(2);
+    return v.toExponential(digits - 2);
   }
-  return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(4)));
+  return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(digits)));
 }
 
 /** Round values between lo and hi for an axis (steps of 1, 2 or 5 × 10^k). */

@@ -316,7 +316,7 @@ export class RunBrowser extends Widget {
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
     for (const f of facts) {
       const stat = row.summarising?.[f];
-      const text = stat ? `${number(stat.last)} / ${number(best(f, stat))}` : '–';
+      const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';
       cell('fact', text).dataset.fact = f;
     }
     if (hasConfig) {
