@@ -386,6 +386,7 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
     finally:
         child.stdin.close()
         child.wait(60)
+        child.stdout.close()
 
 
 def test_sidebar_names_the_command_when_the_server_extension_is_off(runs_root, tmp_path):
