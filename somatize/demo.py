@@ -124,10 +124,8 @@ def lab(store, root):
           f"open the run browser (the curves icon on the left) to see {os.path.relpath(store, root)}: "
           f"two finished runs, one still running for ten minutes, one interrupted, one damaged.\n"
           f"Ctrl-C stops the server and the running run.", flush=True)
-    def stop(*_):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)  # stopped like Ctrl-C: the server and the running run go too
+    # stopped like Ctrl-C: the server and the running run go too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         server.wait()
     except KeyboardInterrupt:

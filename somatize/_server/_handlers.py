@@ -38,40 +38,39 @@ class _Handler(APIHandler):
     def initialize(self, browser: Browser):
         self.browser = browser
 
-    async def _answer(self, fn, *args, tagged=False):
+    async def _answer(self, fn, tagged=False):
+        """Run ``fn()`` (it reads the query too) on the pool and answer its
+        result as JSON; a refusal answers ``{"message"}`` with its status."""
         try:
-            result = await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
-            if tagged:  # (answer, tag): a poll that sends the tag back gets 304, nothing serialised
-                result, tag = result
-                self.set_header("Etag", f'"{tag}"')
-                if self.check_etag_header():
-                    self.set_status(304)
-                    self.finish()
-                    return
-        except NotFound as e:
-            raise web.HTTPError(404, self._text(e)) from None
+            result = await asyncio.get_running_loop().run_in_executor(_POOL, fn)
+        except (NotFound, SomatizeKeyError) as e:
+            return self._fail(404, e)
         except Bad as e:
-            raise web.HTTPError(400, self._text(e)) from None
+            return self._fail(400, e)
         except Busy as e:
-            raise web.HTTPError(409, self._text(e)) from None
-        except SomatizeKeyError as e:
-            raise web.HTTPError(404, self._text(e)) from None
+            return self._fail(409, e)
         except SomatizeError as e:  # damage, a run that cannot answer this
-            raise web.HTTPError(422, self._text(e)) from None
+            return self._fail(422, e)
         except OSError as e:
-            raise web.HTTPError(500, f"could not read the store ({e.strerror or type(e).__name__})") from None
-        if result is not None:
-            self.set_header("Content-Type", "application/json")
-            self.finish(orjson.dumps(result))
-        else:
+            return self._fail(500, f"could not read the store ({e.strerror or type(e).__name__})")
+        if tagged:  # (answer, tag): a poll that sends the tag back gets 304, nothing serialised
+            result, tag = result
+            self.set_header("Etag", f'"{tag}"')
+            if self.check_etag_header():
+                self.set_status(304)
+                return self.finish()
+        if result is None:
             self.set_status(204)
-            self.finish()
+            return self.finish()
+        self.set_header("Content-Type", "application/json")
+        return self.finish(orjson.dumps(result))
 
-    def _text(self, e) -> str:
+    def _fail(self, status, error):
         root = self.browser.root
-        text = str(e).replace(root + os.sep, "").replace(root, ".")
-        # tornado formats log_message with %: keep a literal % as it is
-        return _ABSOLUTE.sub("<path>", text).replace("%", "%%")
+        text = str(error).replace(root + os.sep, "").replace(root, ".")
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        return self.finish(orjson.dumps({"message": _ABSOLUTE.sub("<path>", text)}))
 
     def _int(self, name, default, low=0, high=1 << 62) -> int:
         raw = self.get_query_argument(name, None)
@@ -80,9 +79,9 @@ class _Handler(APIHandler):
         try:
             value = int(raw)
         except ValueError:
-            raise web.HTTPError(400, f"{name} must be a whole number") from None
+            raise Bad(f"{name} must be a whole number, not {raw[:40]!r}") from None
         if not low <= value <= high:
-            raise web.HTTPError(400, f"{name} must be between {low} and {high}")
+            raise Bad(f"{name} must be between {low} and {high}")
         return value
 
 
@@ -97,31 +96,29 @@ class RunsHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, sid):
-        offset = self._int("offset", 0)
-        limit = self._int("limit", PAGE, 0, PAGE)
-        match = self.get_query_argument("match", "")[:200]
-        await self._answer(self.browser.runs_tagged, sid, offset, limit, match, tagged=True)
+        await self._answer(lambda: self.browser.runs_tagged(
+            sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200]),
+            tagged=True)
 
 
 class RunHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, sid, run):
-        await self._answer(self.browser.run, sid, run)
+        await self._answer(lambda: self.browser.run(sid, run))
 
     @web.authenticated
     @authorized
     async def delete(self, sid, run):
-        await self._answer(self.browser.delete, sid, run)
+        await self._answer(lambda: self.browser.delete(sid, run))
 
 
 class CurveHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, sid, run):
-        name = self.get_query_argument("name", "loss")[:300]
-        points = self._int("points", POINTS, 2, POINTS)
-        await self._answer(self.browser.curve, sid, run, name, points)
+        await self._answer(lambda: self.browser.curve(
+            sid, run, self.get_query_argument("name", "loss")[:300], self._int("points", POINTS, 2, POINTS)))
 
 
 class NodesHandler(_Handler):
@@ -135,7 +132,7 @@ class FactsHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, sid, run):
-        await self._answer(self.browser.facts, sid, run, self._int("forward", 0))
+        await self._answer(lambda: self.browser.facts(sid, run, self._int("forward", 0)))
 
 
 _ID = r"([^/]+)"
