@@ -112,7 +112,6 @@ def lab(tmp_path):
 
 
 def test_notebook_03_panels_in_jupyterlab(lab):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -125,13 +124,7 @@ def test_notebook_03_panels_in_jupyterlab(lab):
             page.wait_for_selector(".jp-Notebook", timeout=90_000)
             # JupyterLab's toasts (the news question) would sit on top of the screenshots.
             page.add_style_tag(content=".Toastify { display: none !important; }")
-            # A "Select Kernel" dialog may come up once the page settles: accept it.
-            accept = page.locator(".jp-Dialog button.jp-mod-accept")
-            try:
-                accept.first.wait_for(timeout=20_000)
-                accept.first.click()
-            except PlaywrightTimeout:
-                pass
+            accept_kernel_dialog(page)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
@@ -259,11 +252,12 @@ def open_sidebar(page, url):
 
 
 def accept_kernel_dialog(page):
+    """A "Select Kernel" dialog may come up once the page settles: accept it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     accept = page.locator(".jp-Dialog button.jp-mod-accept")
     try:
-        accept.first.wait_for(timeout=15_000)
+        accept.first.wait_for(timeout=20_000)
         accept.first.click()
     except PlaywrightTimeout:
         pass

@@ -8,6 +8,7 @@ import { Widget } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
 
 import { IChosen, ICurve, INode, IRun, best, configText, duration, number, ticks } from './model';
+import { el } from './dom';
 import { requestAPI } from './request';
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -20,17 +21,6 @@ export const COLORS = [
   'var(--jp-brand-color3)',
   'var(--jp-warn-color3)'
 ];
-
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (cls) {
-    node.className = cls;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
 
 function svg(tag: string, attrs: Record<string, string | number>): SVGElement {
   const node = document.createElementNS(SVG, tag);

@@ -19,6 +19,7 @@ import {
   duration,
   number
 } from './model';
+import { el } from './dom';
 import { MissingServerExtension, requestAPI } from './request';
 
 export interface ISidebarActions {
@@ -32,21 +33,6 @@ const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
 
 type SortKey = 'run' | 'state' | 'steps' | 'duration' | 'age' | `fact:${string}`;
-
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (cls) {
-    node.className = cls;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
 
 function key(store: IStore, run: string): string {
   return `${store.id}/${run}`;
