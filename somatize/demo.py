@@ -1,13 +1,29 @@
-"""The main job: build a small graph, run it many times with a Recorder into a
-store in the working folder, and print what the record says about it.
+"""The main job: build a small graph, run it many times with a Recorder, and
+show what the record says about it.
 
+    python -m somatize.demo --lab [--store notebooks/demo-store]
     python -m somatize.demo [--store demo-store] [--forwards 20000]
+
+``--lab`` (what ``scripts/demo`` runs) records a few runs into a store under
+``notebooks/`` — two finished, one still running for a while (in a child
+process), one interrupted (a child killed with SIGKILL), one damaged on
+purpose — then starts JupyterLab on ``notebooks/`` with that store in the run
+browser's sidebar and prints the URL. Without it (``scripts/demo --text``)
+one run is recorded and what the record says is printed, for a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -48,22 +64,102 @@ def build():
     )
 
 
+def signals(count=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return [np.sin(np.linspace(0, 2 * np.pi * (3 + i % 5), 256)) + 0.3 * rng.standard_normal(256) for i in range(count)]
+
+
+def record(store, run, forwards, seed=0, pause=0.0, die_after=None):
+    """``forwards`` forwards of the demo graph into ``run``; ``pause`` seconds
+    between two (a run that goes on for a while); ``die_after``: the process
+    kills itself with SIGKILL after that many forwards (an interrupted run)."""
+    g = build()
+    xs = signals(seed=seed)
+    with Recorder(store, run=run, summarising=["energy"]) as recorder:
+        for i in range(forwards):
+            g.forward(xs[i % len(xs)] * (1 + 0.002 * i), watching=recorder)
+            if die_after is not None and i + 1 == die_after:
+                recorder.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            if pause:
+                time.sleep(pause)
+
+
+def _child(store, run, forwards, **kw):
+    code = f"from somatize.demo import record; record({str(store)!r}, {run!r}, {forwards}, **{kw!r})"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    return subprocess.Popen([sys.executable, "-c", code], env=env)
+
+
+def demo_runs(store, running_for=600.0):
+    """Record the demo runs into ``store``; returns the child process that
+    keeps recording the running one (the caller stops it)."""
+    store = Store(store)
+    for run in store.runs():
+        if run.startswith("demo-"):  # the demo's own runs of a previous time
+            shutil.rmtree(Path(store.path) / "runs" / run)
+    record(store, "demo-smooth", 3_000, seed=0)
+    record(store, "demo-noisy", 2_000, seed=1)
+    broken = "demo-damaged"
+    record(store, broken, 200, seed=2)
+    (Path(store.path) / "runs" / broken / "summary.json").write_bytes(b'{"format": 2, "sta')  # cut short, on purpose
+    _child(store.path, "demo-interrupted", 100_000, seed=3, die_after=500).wait(120)
+    return _child(store.path, "demo-running", int(running_for / 0.05), seed=4, pause=0.05)
+
+
+def lab(store, root):
+    """Record the demo runs, then JupyterLab on ``root`` until Ctrl-C."""
+    print(f"recording the demo runs into {store} …", flush=True)
+    running = demo_runs(store)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(16)
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}", f"--port={port}",
+               "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", "--no-browser"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"\nJupyterLab on {root}: http://127.0.0.1:{port}/lab?token={token}\n"
+          f"open the run browser (the curves icon on the left) to see {os.path.relpath(store, root)}: "
+          f"two finished runs, one still running for ten minutes, one interrupted, one damaged.\n"
+          f"Ctrl-C stops the server and the running run.", flush=True)
+    # stopped like Ctrl-C: the server and the running run go too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in (server, running):
+            p.terminate()
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", default="demo-store")
+    ap.add_argument("--lab", action="store_true", help="record demo runs and open JupyterLab on notebooks/")
+    ap.add_argument("--store", default=None)
     ap.add_argument("--forwards", type=int, default=20_000)
     args = ap.parse_args(argv)
+    if args.lab:
+        root = Path(__file__).resolve().parents[1] / "notebooks"
+        lab(Path(args.store or root / "demo-store").resolve(), root)
+        return
+    args.store = args.store or "demo-store"
 
     g = build()
     store = Store(args.store)
     run = time.strftime("demo-%Y%m%d-%H%M%S")
-    rng = np.random.default_rng(0)
-    signals = [np.sin(np.linspace(0, 2 * np.pi * (3 + i % 5), 256)) + 0.3 * rng.standard_normal(256) for i in range(64)]
+    xs = signals()
 
     began = time.perf_counter()
     with Recorder(store, run=run, summarising=["energy"]) as recorder:
         for i in range(args.forwards):
-            g.forward(signals[i % len(signals)], watching=recorder)
+            g.forward(xs[i % len(xs)], watching=recorder)
     took = time.perf_counter() - began
 
     print(f"graph  : {g}")

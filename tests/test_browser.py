@@ -12,26 +12,16 @@ rendered by nbconvert with no network: each panel shows its picture. Every
 view is saved as a screenshot under test-artifacts/ (gitignored).
 """
 
-import json
 import math
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, running_lab
 
-ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-TOKEN = "somatize-browser-test"
 COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
 
 OURS = [
@@ -51,12 +41,6 @@ OURS = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("lab")
@@ -71,34 +55,8 @@ def lab(tmp_path_factory):
     nbformat.write(nb, root / "03-training.ipynb")
     for name in COMMITTED:  # as a reader gets them: unrun here, so untrusted
         shutil.copy(ROOT / "notebooks" / name, root / "committed" / name)
-    port = free_port()
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
-           "PYTHONPATH": str(ROOT)}
-    log = open(tmp_path / "lab.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            with urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2) as r:
-                json.load(r)
-            break
-        except OSError:
-            if server.poll() is not None:
-                raise RuntimeError((tmp_path / "lab.log").read_text()) from None
-            time.sleep(0.5)
-    yield url
-    server.terminate()
-    try:
-        server.wait(20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    log.close()
-
+    with running_lab(root, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

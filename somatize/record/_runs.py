@@ -211,13 +211,15 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def summaries(store) -> list[dict]:
+def summaries(store, names=None) -> list[dict]:
     """One dict per run, with its state resolved; reads no facts. A live
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
-    "damaged" and a "problem" saying why."""
+    "damaged" and a "problem" saying why. ``names``: only those runs (names
+    a caller found in ``run_names``), so a page of a long listing reads only
+    its own summaries."""
     root = store_root(store)
-    names = run_names(root)
+    names = run_names(root) if names is None else names
     where = os.path.join(root, "runs")
     with LIVE_LOCK:
         live = dict(LIVE)

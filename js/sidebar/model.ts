@@ -1,0 +1,161 @@
+/**
+ * What the server answers (somatize/_server/_browse.py), and the few pure
+ * helpers the table and the panel share: formatting, which value is best.
+ */
+
+export interface IStore {
+  id: string;
+  path: string;
+  runs: number;
+}
+
+export interface IStat {
+  count: number;
+  first: number | null;
+  last: number | null;
+  min: number | null;
+  max: number | null;
+}
+
+export interface IRun {
+  run: string;
+  state: 'running' | 'finished' | 'interrupted' | 'damaged';
+  problem?: string;
+  check?: string[];
+  forwards?: number;
+  steps?: number;
+  facts?: number;
+  started?: number;
+  updated?: number;
+  duration?: number | null;
+  summarising?: Record<string, IStat>;
+  curves?: string[];
+  config?: Record<string, unknown> | null;
+}
+
+export interface IRunPage {
+  runs: IRun[];
+  total: number;
+  offset: number;
+  next: number | null;
+}
+
+export interface ICurve {
+  run: string;
+  name: string;
+  points: number;
+  forward: number[];
+  value: number[];
+  min: number | null;
+  max: number | null;
+}
+
+export interface INode {
+  node: string;
+  calls: number;
+  total_us: number;
+  mean_us: number | null;
+  share: number;
+}
+
+/** A run chosen in the sidebar: which store it is in, and its row. */
+export interface IChosen {
+  store: IStore;
+  row: IRun;
+}
+
+// Higher is better for these; lower for everything else (loss, error, time).
+const HIGHER = /acc|score|f1|auc|reward|precision|recall|iou|bleu/i;
+
+export function best(name: string, stat: IStat): number | null {
+  return HIGHER.test(name) ? stat.max : stat.min;
+}
+
+export function number(v: number | null | undefined, digits = 4): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) {
+    return '–';
+  }
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) {
+    return v.toExponential(digits - 2);
+  }
+  return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(digits)));
+}
+
+/** Round values between lo and hi for an axis (steps of 1, 2 or 5 × 10^k). */
+export function ticks(lo: number, hi: number, count = 5): number[] {
+  const span = hi - lo;
+  if (!(span > 0) || !Number.isFinite(span)) {
+    return [lo];
+  }
+  const mag = 10 ** Math.floor(Math.log10(span / count));
+  const step = [1, 2, 5, 10].map(m => m * mag).find(s => span / s <= count) ?? 10 * mag;
+  const out: number[] = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+    out.push(Number(t.toPrecision(12)));
+  }
+  return out;
+}
+
+export function duration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) {
+    return '–';
+  }
+  if (seconds < 1) {
+    return `${Math.round(seconds * 1000)} ms`;
+  }
+  if (seconds < 60) {
+    return `${seconds.toFixed(1)} s`;
+  }
+  if (seconds < 3600) {
+    return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  }
+  return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;
+}
+
+export function age(when: number | null | undefined, now: number): string {
+  if (!when) {
+    return '–';
+  }
+  const s = Math.max(0, now - when);
+  if (s < 60) {
+    return `${Math.round(s)} s ago`;
+  }
+  if (s < 3600) {
+    return `${Math.round(s / 60)} min ago`;
+  }
+  if (s < 86400) {
+    return `${Math.round(s / 3600)} h ago`;
+  }
+  return `${Math.round(s / 86400)} d ago`;
+}
+
+export function configText(config: Record<string, unknown> | null | undefined): string {
+  if (!config || typeof config !== 'object') {
+    return '';
+  }
+  return Object.entries(config)
+    .map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+    .join(' ');
+}
+
+/** A Python string literal for any text (JSON's escapes are Python's too). */
+export function pyString(text: string): string {
+  return JSON.stringify(text);
+}
+
+/** The code "Insert code" puts in a notebook for these runs. */
+export function codeFor(storePath: string, runs: string[]): string {
+  const run = runs.length === 1 ? pyString(runs[0]) : `[${runs.map(pyString).join(', ')}]`;
+  const lines = [
+    'from IPython.display import display',
+    'from somatize.record import progress, spent',
+    '',
+    `store = ${pyString(storePath)}`,
+    `display(progress(store, run=${run}))`
+  ];
+  for (const r of runs) {
+    lines.push(`display(spent(store, run=${pyString(r)}))`);
+  }
+  return lines.join('\n');
+}

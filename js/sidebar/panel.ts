@@ -1,0 +1,242 @@
+/**
+ * The main-area panel for the runs chosen in the sidebar: their curves
+ * overlaid with a legend (each series cut to at most 2,000 points by the
+ * server, its extremes kept), where the time went per node, and their
+ * summaries side by side. Colours are JupyterLab's theme variables.
+ */
+import { Widget } from '@lumino/widgets';
+import { Message } from '@lumino/messaging';
+
+import { IChosen, ICurve, INode, IRun, best, configText, duration, number, ticks } from './model';
+import { el } from './dom';
+import { requestAPI } from './request';
+
+const SVG = 'http://www.w3.org/2000/svg';
+export const COLORS = [
+  'var(--jp-brand-color1)',
+  'var(--jp-warn-color1)',
+  'var(--jp-success-color1)',
+  'var(--jp-error-color1)',
+  'var(--jp-accent-color1)',
+  'var(--jp-brand-color3)',
+  'var(--jp-warn-color3)'
+];
+
+function svg(tag: string, attrs: Record<string, string | number>): SVGElement {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    node.setAttribute(k, String(v));
+  }
+  return node;
+}
+
+function base(c: IChosen): string {
+  return `stores/${c.store.id}/runs/${c.row.run}`;
+}
+
+export class RunsPanel extends Widget {
+  constructor(private chosen: IChosen[]) {
+    super();
+    this.addClass('somatize-runs-panel');
+    this.title.label = chosen.length === 1 ? chosen[0].row.run : `${chosen.length} runs`;
+    this.title.caption = chosen.map(c => `${c.store.path}: ${c.row.run}`).join('\n');
+    this.title.closable = true;
+    const names = [...new Set(chosen.flatMap(c => c.row.curves ?? []))].sort();
+    this.curveName = names.includes('loss') ? 'loss' : names[0] ?? 'loss';
+    const top = el('div', 'smz-panel-top');
+    const label = el('label', 'smz-curve-label', 'Curve ');
+    this.picker = el('select', 'smz-curve-picker');
+    for (const n of names) {
+      const o = el('option', undefined, n);
+      o.value = n;
+      o.selected = n === this.curveName;
+      this.picker.appendChild(o);
+    }
+    this.picker.addEventListener('change', () => {
+      this.curveName = this.picker.value;
+      void this.refresh();
+    });
+    label.appendChild(this.picker);
+    top.appendChild(label);
+    this.node.appendChild(top);
+    this.curves = el('section', 'smz-curves');
+    this.spent = el('section', 'smz-spent');
+    this.table = el('section', 'smz-summaries');
+    this.node.append(this.curves, this.spent, this.table);
+    void this.refresh();
+  }
+
+  dispose(): void {
+    window.clearTimeout(this.timer);
+    super.dispose();
+  }
+
+  async refresh(): Promise<void> {
+    window.clearTimeout(this.timer);
+    const rows = await Promise.all(this.chosen.map(c => requestAPI<IRun>(base(c)).catch(() => c.row)));
+    this.chosen = this.chosen.map((c, i) => ({ store: c.store, row: rows[i] }));
+    const curves = await Promise.all(
+      this.chosen.map(c =>
+        requestAPI<ICurve>(`${base(c)}/curve`, { name: this.curveName }).catch(() => null)
+      )
+    );
+    const nodes = await Promise.all(
+      this.chosen.map(c => requestAPI<{ nodes: INode[] }>(`${base(c)}/nodes`).catch(() => ({ nodes: [] as INode[] })))
+    );
+    this.drawCurves(curves);
+    this.drawSpent(nodes.map(n => n.nodes));
+    this.drawTable();
+    if (this.chosen.some(c => c.row.state === 'running')) {
+      this.timer = window.setTimeout(() => void this.refresh(), 2000);
+    }
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    if (this.drawn) {
+      this.drawCurves(this.drawn);
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    if (this.drawn) {
+      this.drawCurves(this.drawn);
+    }
+  }
+
+  private drawCurves(curves: (ICurve | null)[]): void {
+    this.drawn = curves;
+    // drawn at the panel's own width, so the text keeps its size
+    const W = Math.max(320, Math.min(900, (this.node.clientWidth || 680) - 40));
+    const H = Math.round(Math.min(320, Math.max(220, W * 0.45)));
+    const M = { left: 56, right: 16, top: 12, bottom: 36 };
+    this.curves.replaceChildren(el('h3', 'smz-h', `${this.curveName} by step`));
+    const drawn = curves.filter((c): c is ICurve => c !== null && c.value.length > 0);
+    if (!drawn.length) {
+      this.curves.appendChild(el('p', 'smz-empty', `No run here has a curve “${this.curveName}” yet.`));
+      return;
+    }
+    const xs = drawn.flatMap(c => [c.forward[0], c.forward[c.forward.length - 1]]);
+    const ys = drawn.flatMap(c => [c.min ?? 0, c.max ?? 0]);
+    const [x0, x1] = [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 1)];
+    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    if (y0 === y1) {
+      [y0, y1] = [y0 - 1, y1 + 1];
+    }
+    const sx = (x: number) => M.left + ((x - x0) / (x1 - x0)) * (W - M.left - M.right);
+    const sy = (y: number) => H - M.bottom - ((y - y0) / (y1 - y0)) * (H - M.top - M.bottom);
+    const chart = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: 'smz-chart', role: 'img' });
+    chart.setAttribute('aria-label', `${this.curveName} of ${drawn.length} runs`);
+    chart.appendChild(svg('rect', { x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom, class: 'smz-plot' }));
+    for (const y of ticks(y0, y1, 5)) {
+      chart.appendChild(svg('line', { x1: M.left, x2: W - M.right, y1: sy(y), y2: sy(y), class: 'smz-grid' }));
+      const text = svg('text', { x: M.left - 6, y: sy(y) + 4, 'text-anchor': 'end', class: 'smz-tick' });
+      text.textContent = number(y);
+      chart.appendChild(text);
+    }
+    for (const x of ticks(x0, x1, Math.max(2, Math.floor(W / 110))).filter(Number.isInteger)) {
+      chart.appendChild(svg('line', { x1: sx(x), x2: sx(x), y1: H - M.bottom, y2: H - M.bottom + 4, class: 'smz-grid' }));
+      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': 'middle', class: 'smz-tick' });
+      text.textContent = String(x);
+      chart.appendChild(text);
+    }
+    const axis = svg('text', { x: (W + M.left) / 2, y: H - 4, 'text-anchor': 'middle', class: 'smz-axis' });
+    axis.textContent = 'step';
+    chart.appendChild(axis);
+    const legend = el('ul', 'smz-legend');
+    curves.forEach((c, i) => {
+      const color = COLORS[i % COLORS.length];
+      const run = this.chosen[i].row.run;
+      if (c && c.value.length) {
+        const points = c.value.map((v, j) => `${sx(c.forward[j]).toFixed(1)},${sy(v).toFixed(1)}`).join(' ');
+        const line = svg('polyline', { points, class: 'smz-curve', 'data-run': run, 'data-points': c.value.length });
+        line.style.stroke = color;
+        chart.appendChild(line);
+      }
+      const item = el('li', 'smz-legend-item');
+      const swatch = el('span', 'smz-swatch');
+      swatch.style.background = color;
+      item.append(swatch, el('span', 'smz-legend-name', run));
+      item.title = c ? `${run}: ${c.points} points, min ${number(c.min)}, max ${number(c.max)}` : `${run}: no such curve`;
+      legend.appendChild(item);
+    });
+    this.curves.append(chart, legend);
+  }
+
+  private drawSpent(perRun: INode[][]): void {
+    this.spent.replaceChildren(el('h3', 'smz-h', 'Where the time went, per node'));
+    const grid = el('div', 'smz-spent-grid');
+    perRun.forEach((nodes, i) => {
+      const box = el('div', 'smz-spent-run');
+      box.appendChild(el('div', 'smz-spent-title', this.chosen[i].row.run));
+      const most = Math.max(1, ...nodes.map(n => n.total_us));
+      if (!nodes.length) {
+        box.appendChild(el('p', 'smz-empty', 'No node has run yet.'));
+      }
+      for (const n of [...nodes].sort((a, b) => b.total_us - a.total_us)) {
+        const row = el('div', 'smz-bar-row');
+        row.dataset.node = n.node;
+        const name = el('span', 'smz-bar-name', n.node);
+        name.title = n.node;
+        const track = el('span', 'smz-bar-track');
+        const bar = el('span', 'smz-bar');
+        bar.style.width = `${(100 * n.total_us) / most}%`;
+        bar.style.background = COLORS[i % COLORS.length];
+        track.appendChild(bar);
+        const text = el('span', 'smz-bar-text', `${duration(n.total_us / 1e6)} · ${Math.round(100 * n.share)}%`);
+        row.append(name, track, text);
+        box.appendChild(row);
+      }
+      grid.appendChild(box);
+    });
+    this.spent.appendChild(grid);
+  }
+
+  private drawTable(): void {
+    this.table.replaceChildren(el('h3', 'smz-h', 'Summaries side by side'));
+    const facts = [...new Set(this.chosen.flatMap(c => Object.keys(c.row.summarising ?? {})))].sort();
+    const table = el('table', 'smz-table smz-side');
+    const head = el('tr');
+    head.appendChild(el('th', undefined, ''));
+    for (const c of this.chosen) {
+      const th = el('th', undefined, c.row.run);
+      th.title = `${c.store.path}: ${c.row.run}`;
+      head.appendChild(th);
+    }
+    table.appendChild(head);
+    const line = (label: string, f: (r: IRun) => string) => {
+      const tr = el('tr');
+      tr.appendChild(el('th', undefined, label));
+      for (const c of this.chosen) {
+        const text = f(c.row);
+        const td = el('td', undefined, text);
+        td.title = text;
+        tr.appendChild(td);
+      }
+      table.appendChild(tr);
+    };
+    line('store', r => this.chosen.find(c => c.row === r)?.store.path ?? '');
+    line('state', r => r.state);
+    line('steps', r => String(r.steps ?? '–'));
+    line('duration', r => duration(r.duration));
+    for (const f of facts) {
+      line(`${f} last`, r => number(r.summarising?.[f]?.last));
+      line(`${f} best`, r => (r.summarising?.[f] ? number(best(f, r.summarising[f])) : '–'));
+    }
+    if (this.chosen.some(c => c.row.config)) {
+      line('config', r => configText(r.config));
+    }
+    const wrap = el('div', 'smz-table-wrap');
+    wrap.appendChild(table);
+    this.table.appendChild(wrap);
+  }
+
+  private drawn: (ICurve | null)[] | null = null;
+  private curveName: string;
+  private picker: HTMLSelectElement;
+  private curves: HTMLElement;
+  private spent: HTMLElement;
+  private table: HTMLElement;
+  private timer = 0;
+}

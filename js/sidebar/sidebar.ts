@@ -1,0 +1,388 @@
+/**
+ * The sidebar: every store under the server's root, each with its runs as a
+ * table (state, steps, last and best of each summarised fact, configuration,
+ * duration, age) that sorts, filters by name and refreshes by itself while a
+ * run is going. Everything read from the server is put in the page as text
+ * (textContent, attributes), never as markup: a run or store named
+ * `<img onerror=…>` stays a name.
+ */
+import { Widget } from '@lumino/widgets';
+
+import {
+  IChosen,
+  IRun,
+  IRunPage,
+  IStore,
+  age,
+  best,
+  configText,
+  duration,
+  number
+} from './model';
+import { el } from './dom';
+import { MissingServerExtension, requestAPI } from './request';
+
+export interface ISidebarActions {
+  open(chosen: IChosen[]): void;
+  insert(chosen: IChosen[]): void;
+  remove(chosen: IChosen[]): Promise<boolean>;
+}
+
+const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', interrupted: '⏸', damaged: '✗' };
+const POLL_RUNNING_MS = 2000; // while a run is going
+const POLL_IDLE_MS = 15000; // to notice new runs and stores
+
+type SortKey = 'run' | 'state' | 'steps' | 'duration' | 'age' | `fact:${string}`;
+
+function key(store: IStore, run: string): string {
+  return `${store.id}/${run}`;
+}
+
+export class RunBrowser extends Widget {
+  constructor(private actions: ISidebarActions) {
+    super();
+    this.addClass('somatize-sidebar');
+    this.id = 'somatize-sidebar';
+    this.title.caption = 'somatize runs';
+    const header = el('div', 'smz-header');
+    header.appendChild(el('h2', 'smz-title', 'Runs'));
+    const refresh = el('button', 'smz-button smz-refresh', 'Refresh');
+    refresh.title = 'Read the stores again';
+    refresh.addEventListener('click', () => void this.refresh());
+    header.appendChild(refresh);
+    this.node.appendChild(header);
+
+    this.filter = el('input', 'smz-filter');
+    this.filter.type = 'search';
+    this.filter.placeholder = 'Filter runs by name';
+    this.filter.setAttribute('aria-label', 'Filter runs by name');
+    this.filter.addEventListener('input', () => this.render());
+    this.node.appendChild(this.filter);
+
+    const bar = el('div', 'smz-actions');
+    this.openButton = this.button(bar, 'Open', 'Open the selected runs side by side', () =>
+      this.actions.open(this.chosen())
+    );
+    this.insertButton = this.button(bar, 'Insert code', 'Insert progress(…) and spent(…) into the notebook', () =>
+      this.actions.insert(this.chosen())
+    );
+    this.deleteButton = this.button(bar, 'Delete', 'Delete the selected runs (asks first)', () => void this.remove());
+    this.deleteButton.classList.add('smz-danger');
+    this.node.appendChild(bar);
+
+    this.message = el('div', 'smz-message');
+    this.message.setAttribute('role', 'status');
+    this.node.appendChild(this.message);
+    this.body = el('div', 'smz-stores');
+    this.node.appendChild(this.body);
+    this.updateButtons();
+  }
+
+  /** Read the stores and their runs again; schedules the next read. */
+  async refresh(): Promise<void> {
+    window.clearTimeout(this.timer);
+    try {
+      const { stores } = await requestAPI<{ stores: IStore[] }>('stores');
+      const rows = new Map<string, IRun[]>();
+      for (const store of stores) {
+        const all: IRun[] = [];
+        let offset: number | null = 0;
+        while (offset !== null) {
+          const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, { offset, limit: 1000 });
+          all.push(...page.runs);
+          offset = page.next;
+        }
+        rows.set(store.id, all);
+      }
+      this.stores = stores;
+      this.rows = rows;
+      this.problem = '';
+    } catch (error) {
+      this.problem =
+        error instanceof MissingServerExtension ? error.message : `Could not read the stores: ${(error as Error).message}`;
+      this.node.dataset.problem = error instanceof MissingServerExtension ? 'missing-server-extension' : 'error';
+    }
+    if (!this.problem) {
+      delete this.node.dataset.problem;
+    }
+    this.render();
+    const running = [...this.rows.values()].some(rs => rs.some(r => r.state === 'running'));
+    this.timer = window.setTimeout(() => void this.refresh(), running ? POLL_RUNNING_MS : POLL_IDLE_MS);
+  }
+
+  dispose(): void {
+    window.clearTimeout(this.timer);
+    super.dispose();
+  }
+
+  /** The selected runs, in the order they show. */
+  chosen(): IChosen[] {
+    const out: IChosen[] = [];
+    for (const store of this.stores) {
+      for (const row of this.rows.get(store.id) ?? []) {
+        if (this.selected.has(key(store, row.run))) {
+          out.push({ store, row });
+        }
+      }
+    }
+    return out;
+  }
+
+  private button(bar: HTMLElement, label: string, title: string, act: () => void): HTMLButtonElement {
+    const b = el('button', 'smz-button', label);
+    b.title = title;
+    b.addEventListener('click', act);
+    bar.appendChild(b);
+    return b;
+  }
+
+  private async remove(): Promise<void> {
+    const chosen = this.chosen();
+    if (chosen.length && (await this.actions.remove(chosen))) {
+      for (const c of chosen) {
+        this.selected.delete(key(c.store, c.row.run));
+      }
+      await this.refresh();
+    }
+  }
+
+  private updateButtons(): void {
+    const chosen = this.chosen();
+    const readable = chosen.filter(c => c.row.state !== 'damaged');
+    this.openButton.disabled = readable.length === 0;
+    this.insertButton.disabled = readable.length === 0;
+    this.deleteButton.disabled = chosen.length === 0;
+    this.node.dataset.selected = String(chosen.length);
+  }
+
+  private sortValue(row: IRun, by: SortKey, now: number): number | string {
+    switch (by) {
+      case 'run':
+        return row.run.toLowerCase();
+      case 'state':
+        return row.state;
+      case 'steps':
+        return row.steps ?? -1;
+      case 'duration':
+        return row.duration ?? -1;
+      case 'age':
+        return row.updated ? now - row.updated : Infinity;
+      default: {
+        const name = by.slice(5);
+        const stat = row.summarising?.[name];
+        return stat?.last ?? Infinity;
+      }
+    }
+  }
+
+  private render(): void {
+    const focused = (document.activeElement as HTMLElement | null)?.dataset?.key;
+    this.message.textContent = this.problem;
+    this.message.hidden = !this.problem;
+    this.body.replaceChildren();
+    const match = this.filter.value.trim().toLowerCase();
+    const now = Date.now() / 1000;
+    if (!this.problem && this.stores.length === 0) {
+      this.body.appendChild(
+        el('p', 'smz-empty', 'No store under the server’s root yet. A Recorder(store, run=…) makes one.')
+      );
+    }
+    for (const store of this.stores) {
+      const section = el('section', 'smz-store');
+      section.dataset.store = store.id;
+      const h = el('h3', 'smz-store-name', store.path);
+      h.title = store.path;
+      section.appendChild(h);
+      const rows = (this.rows.get(store.id) ?? []).filter(r => !match || r.run.toLowerCase().includes(match));
+      const facts = [...new Set(rows.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
+      const hasConfig = rows.some(r => r.config);
+      const dir = this.sortDir;
+      rows.sort((a, b) => {
+        const x = this.sortValue(a, this.sortBy, now);
+        const y = this.sortValue(b, this.sortBy, now);
+        return (x < y ? -1 : x > y ? 1 : 0) * dir;
+      });
+      section.appendChild(this.table(store, rows, facts, hasConfig, now));
+      this.body.appendChild(section);
+    }
+    if (focused) {
+      const again = this.body.querySelector<HTMLElement>(`tr[data-key="${CSS.escape(focused)}"]`);
+      again?.focus();
+    }
+    this.updateButtons();
+  }
+
+  private table(store: IStore, rows: IRun[], facts: string[], hasConfig: boolean, now: number): HTMLElement {
+    const wrap = el('div', 'smz-table-wrap');
+    const table = el('table', 'smz-table');
+    table.setAttribute('role', 'grid');
+    table.setAttribute('aria-label', `Runs of ${store.path}`);
+    const head = el('tr');
+    const columns: [SortKey | null, string, string][] = [
+      [null, '', 'select'],
+      ['run', 'Run', 'run'],
+      ['steps', 'Steps', 'steps'],
+      ...facts.map(f => [`fact:${f}` as SortKey, f, `fact`] as [SortKey, string, string]),
+      ...(hasConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
+      ['duration', 'Took', 'duration'],
+      ['age', 'Updated', 'age']
+    ];
+    for (const [by, label, col] of columns) {
+      const th = el('th');
+      th.dataset.col = col;
+      th.title = col === 'fact' ? `${label}: last / best (sort by last)` : label;
+      if (by) {
+        const b = el('button', 'smz-sort', label);
+        b.addEventListener('click', () => {
+          this.sortDir = this.sortBy === by ? -this.sortDir : 1;
+          this.sortBy = by;
+          this.render();
+        });
+        th.appendChild(b);
+        th.setAttribute('aria-sort', this.sortBy === by ? (this.sortDir > 0 ? 'ascending' : 'descending') : 'none');
+      } else {
+        th.textContent = label;
+      }
+      head.appendChild(th);
+    }
+    const thead = el('thead');
+    thead.appendChild(head);
+    table.appendChild(thead);
+    const tbody = el('tbody');
+    for (const row of rows) {
+      tbody.appendChild(this.row(store, row, facts, hasConfig, now));
+    }
+    if (rows.length === 0) {
+      const tr = el('tr');
+      const td = el('td', 'smz-empty', 'No run matches.');
+      td.colSpan = columns.length;
+      tr.appendChild(td);
+      tbody.appendChild(tr);
+    }
+    table.appendChild(tbody);
+    wrap.appendChild(table);
+    return wrap;
+  }
+
+  private row(store: IStore, row: IRun, facts: string[], hasConfig: boolean, now: number): HTMLTableRowElement {
+    const k = key(store, row.run);
+    const tr = el('tr', `smz-row smz-${row.state}`);
+    tr.dataset.key = k;
+    tr.dataset.run = row.run;
+    tr.dataset.state = row.state;
+    tr.tabIndex = 0;
+    const selected = this.selected.has(k);
+    tr.setAttribute('aria-selected', String(selected));
+    const box = el('input');
+    box.type = 'checkbox';
+    box.checked = selected;
+    box.tabIndex = -1;
+    box.setAttribute('aria-label', `Select run ${row.run}`);
+    box.addEventListener('click', e => {
+      e.stopPropagation();
+      this.toggle(k);
+    });
+    const cell = (col: string, text: string, title?: string) => {
+      const td = el('td', undefined, text);
+      td.dataset.col = col;
+      td.title = title ?? text;
+      tr.appendChild(td);
+      return td;
+    };
+    const first = el('td');
+    first.dataset.col = 'select';
+    first.appendChild(box);
+    tr.appendChild(first);
+    // the state is a sign of its own shape and colour before the name, and
+    // its word for screen readers and the tooltip (the sidebar is narrow)
+    const name = cell('run', '', row.state === 'damaged' ? [row.problem, ...(row.check ?? [])].join('\n') : `${row.run}: ${row.state}`);
+    const sign = el('span', 'smz-state', STATE_SIGN[row.state] ?? '?');
+    sign.setAttribute('aria-hidden', 'true');
+    name.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
+    cell('steps', row.steps === undefined ? '–' : String(row.steps));
+    for (const f of facts) {
+      const stat = row.summarising?.[f];
+      const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';
+      cell('fact', text).dataset.fact = f;
+    }
+    if (hasConfig) {
+      cell('config', configText(row.config));
+    }
+    cell('duration', duration(row.duration));
+    cell('age', age(row.updated, now), row.updated ? new Date(row.updated * 1000).toLocaleString() : '');
+    tr.addEventListener('click', e => {
+      if (e.ctrlKey || e.metaKey || e.shiftKey) {
+        this.toggle(k);
+      } else {
+        this.selected = new Set([k]);
+        this.render();
+      }
+      (this.body.querySelector(`tr[data-key="${CSS.escape(k)}"]`) as HTMLElement | null)?.focus();
+    });
+    tr.addEventListener('dblclick', () => this.actions.open(this.chosen()));
+    tr.addEventListener('keydown', e => this.key(e, tr, k));
+    return tr;
+  }
+
+  private toggle(k: string): void {
+    if (this.selected.has(k)) {
+      this.selected.delete(k);
+    } else {
+      this.selected.add(k);
+    }
+    this.render();
+  }
+
+  private key(e: KeyboardEvent, tr: HTMLTableRowElement, k: string): void {
+    const rows = [...this.body.querySelectorAll<HTMLElement>('tr.smz-row')];
+    const at = rows.indexOf(tr);
+    switch (e.key) {
+      case 'ArrowDown':
+        rows[Math.min(rows.length - 1, at + 1)]?.focus();
+        break;
+      case 'ArrowUp':
+        rows[Math.max(0, at - 1)]?.focus();
+        break;
+      case 'Home':
+        rows[0]?.focus();
+        break;
+      case 'End':
+        rows[rows.length - 1]?.focus();
+        break;
+      case ' ':
+        this.toggle(k);
+        break;
+      case 'Enter':
+        if (!this.selected.has(k)) {
+          this.selected.add(k);
+          this.render();
+        }
+        this.actions.open(this.chosen());
+        break;
+      case 'Delete':
+        if (!this.selected.has(k)) {
+          this.selected.add(k);
+          this.render();
+        }
+        void this.remove();
+        break;
+      default:
+        return;
+    }
+    e.preventDefault();
+  }
+
+  private filter: HTMLInputElement;
+  private message: HTMLElement;
+  private body: HTMLElement;
+  private openButton: HTMLButtonElement;
+  private insertButton: HTMLButtonElement;
+  private deleteButton: HTMLButtonElement;
+  private stores: IStore[] = [];
+  private rows = new Map<string, IRun[]>();
+  private selected = new Set<string>();
+  private problem = '';
+  private sortBy: SortKey = 'run';
+  private sortDir = 1;
+  private timer = 0;
+}

@@ -1,0 +1,364 @@
+"""What the run browser shows, with no Jupyter in it: the stores under one
+root, their runs, a run's curves, node times and facts, and deleting a run.
+
+The rules kept here:
+
+- **One root.** Everything is found by walking down from the root the
+  server was given (its ``root_dir``), following no link: a store or run
+  folder that is a symlink is never listed, read or served, wherever it
+  points. The walk is bounded (depth, folders visited) and skips hidden
+  folders and ``node_modules``.
+- **Ids, not paths.** A store is addressed by an id this module gave to a
+  folder it found itself (a hash of its path below the root); a run by the
+  name of a real folder in the store's ``runs/``. Nothing a client sends is
+  ever joined to a path before it has been matched against what was found.
+- **Reads are pure**, through the record layer's readers (``_runs``,
+  ``_queries``); a listing reuses a run's row while its ``summary.json`` is
+  the same file (same inode, size, time: a flush renames a new one in).
+- **Text, not paths, in answers**: a problem names files relative to the
+  store, never the absolute path of anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import secrets
+import shutil
+import stat
+import threading
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from .._base.errors import SomatizeError
+from .._store import files
+from .._store.names import MARKER, RUN_NAME
+from .._store.names import run_names as listed_runs
+from ..record import _runs
+from ..record._check import check_run
+
+MAX_DEPTH = 6  # folders below the root where a store is looked for
+MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
+SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
+PAGE = 1_000  # runs in one listing answer at most
+POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
+FACTS_PAGE = 10_000  # facts in one answer at most
+_SHAPE = 1  # the shape of a row: part of every listing's tag (bump it when _row changes)
+
+
+class NotFound(SomatizeError, LookupError):
+    """No store or run of that id (the answer is 404)."""
+
+
+class Busy(SomatizeError, RuntimeError):
+    """The run is being recorded by a live Recorder (the answer is 409)."""
+
+
+class Bad(SomatizeError, ValueError):
+    """A query parameter that cannot be read (the answer is 400)."""
+
+
+def store_id(rel: str) -> str:
+    return hashlib.sha256(rel.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def _is_store(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(os.path.join(path, MARKER)).st_mode)
+    except OSError:
+        return False
+
+
+def find_stores(root: str) -> dict[str, str]:
+    """``{id: path below root}`` of every store under ``root``: a breadth-first
+    walk that follows no link, skips hidden folders and ``node_modules``, and
+    stops at MAX_DEPTH / MAX_FOLDERS; a store's own folders are not entered."""
+    found: dict[str, str] = {}
+    level = [""]
+    seen = 0
+    for _ in range(MAX_DEPTH + 1):
+        below = []
+        for rel in level:
+            here = os.path.join(root, rel) if rel else root
+            if _is_store(here):
+                found[store_id(rel or ".")] = rel or "."
+                continue
+            try:
+                with os.scandir(here) as it:
+                    subs = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            for name in subs:
+                if name.startswith(".") or name in SKIP:
+                    continue
+                seen += 1
+                if seen > MAX_FOLDERS:
+                    return found
+                below.append(f"{rel}/{name}" if rel else name)
+        level = below
+        if not level:
+            break
+    return found
+
+
+class Browser:
+    """The stores under ``root`` and their runs, as the routes answer them."""
+
+    def __init__(self, root):
+        self.root = os.path.realpath(os.fspath(root))
+        self._stores: dict[str, str] = {}
+        self._rows: dict[tuple, tuple] = {}  # (store id, run) -> (summary file key, row)
+        self._lock = threading.Lock()
+
+    # ---- stores ----------------------------------------------------------------
+
+    def stores(self) -> list[dict]:
+        found = find_stores(self.root)
+        with self._lock:
+            self._stores = found
+        out = []
+        for sid, rel in sorted(found.items(), key=lambda kv: kv[1]):
+            names = listed_runs(self._folder(rel))
+            out.append({"id": sid, "path": rel, "runs": len(names)})
+        return out
+
+    def _folder(self, rel: str) -> str:
+        return self.root if rel == "." else os.path.join(self.root, rel)
+
+    def store(self, sid: str) -> str:
+        """The folder of store ``sid``; a store made since the last walk is
+        found by walking again. NotFound when there is none (any more), or when
+        a folder on its way was replaced by a link since it was found."""
+        with self._lock:
+            rel = self._stores.get(sid)
+        if rel is None:
+            found = find_stores(self.root)
+            with self._lock:
+                self._stores = found
+            rel = found.get(sid)
+        if rel is None:
+            raise NotFound(f"no store {sid!r} under the server's root: list them again (GET /somatize/stores)")
+        folder = self._folder(rel)
+        if os.path.realpath(folder) != folder or not _is_store(folder):
+            raise NotFound(f"store {rel!r} is gone or is no longer a real folder under the server's root")
+        return folder
+
+    # ---- runs ------------------------------------------------------------------
+
+    def run_folder(self, sid: str, run: str) -> tuple[str, str]:
+        """(store folder, run folder) of a run that is a real folder of the
+        store's ``runs/`` (what a listing shows); NotFound otherwise."""
+        root = self.store(sid)
+        if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or run in (".", "..") or len(run) > _runs.NAME_LIMIT:
+            raise NotFound("no such run in this store")
+        try:
+            st = files.lstat_in(root, ("runs", run))
+        except (OSError, files.Refused):
+            raise NotFound(f"no run {run!r} in this store") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotFound(f"no run {run!r} in this store")
+        return root, os.path.join(root, "runs", run)
+
+    def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "") -> dict:
+        """A page of the store's runs, sorted by name: ``runs`` (rows),
+        ``total`` (runs matching), ``offset``, ``next`` (offset of the next
+        page, or None)."""
+        return self.runs_tagged(sid, offset, limit, match)[0]
+
+    def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "") -> tuple[dict, str]:
+        """``runs(...)`` and a tag that changes whenever the page would: the
+        names on it, the identity of each one's summary file (a flush renames
+        a new one in) and the state of each running run (its lock may have
+        been dropped by a process that died, with no file changed). A poll
+        that sends the tag back is answered without building the page again."""
+        root = self.store(sid)
+        limit = max(0, min(limit, PAGE))
+        try:
+            names = listed_runs(root)
+        except OSError:
+            names = []
+        if match:
+            low = match.lower()
+            names = [n for n in names if low in n.lower()]
+        page = names[offset : offset + limit]
+        keys = [_summary_key(root, n) for n in page]
+        rows = self._rows_of(sid, root, page, keys)
+        end = offset + len(page)
+        running = [r["run"] for r in rows if r["state"] == "running"]
+        tag = xxhash.xxh3_128_hexdigest(repr((sid, offset, len(names), page, keys, running, _SHAPE)).encode())
+        return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
+
+    def run(self, sid: str, run: str) -> dict:
+        root, _ = self.run_folder(sid, run)
+        return self._rows_of(sid, root, [run], [_summary_key(root, run)])[0]
+
+    def _rows_of(self, sid, root, names, keys) -> list[dict]:
+        keys = dict(zip(names, keys))
+        rows: dict[str, dict] = {}
+        missing = []
+        with self._lock:
+            for n in names:
+                cached = self._rows.get((sid, n))
+                same = cached is not None and keys[n] is not None and cached[0] == keys[n]
+                if same and cached[1]["state"] != "running":  # a running run's state needs its lock asked
+                    rows[n] = cached[1]
+                else:
+                    missing.append(n)
+        if missing:
+            for s in _runs.summaries(root, names=missing):
+                row = _row(root, s)
+                rows[row["run"]] = row
+                with self._lock:
+                    self._rows[(sid, row["run"])] = (keys.get(row["run"]), row)
+        return [rows[n] for n in names if n in rows]
+
+    # ---- one run ---------------------------------------------------------------
+
+    def curve(self, sid: str, run: str, name: str, points: int = POINTS) -> dict:
+        from ..record import curve
+
+        root, _ = self.run_folder(sid, run)
+        series = curve(root, run, name)
+        forward = series.index.to_numpy()
+        value = series.to_numpy()
+        keep = np.isfinite(value)
+        total, forward, value = len(value), forward[keep], value[keep]
+        exact = {"min": float(value.min()), "max": float(value.max())} if len(value) else {"min": None, "max": None}
+        at = downsample(value, max(2, min(points, POINTS)))
+        return {"run": run, "name": series.name, "points": total, "not_finite": int(total - len(value)),
+                "forward": forward[at].tolist(), "value": value[at].tolist(), **exact}
+
+    def nodes(self, sid: str, run: str) -> list[dict]:
+        from ..record import nodes
+
+        root, _ = self.run_folder(sid, run)
+        frame = nodes(root, run)
+        return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                for r in frame.to_dict("records")]
+
+    def facts(self, sid: str, run: str, forward: int = 0) -> dict:
+        """The facts of one forward (a page), with how many forwards there are."""
+        from ..record import facts
+
+        root, _ = self.run_folder(sid, run)
+        count = self.run(sid, run).get("forwards") or 0
+        if not 0 <= forward < max(count, 1):
+            raise Bad(f"forward={forward} is out of range: this run has {count} forwards (0..{count - 1})")
+        got = facts(root, run, forward=forward) if count else []
+        return {"run": run, "forward": forward, "forwards": count, "facts": got[:FACTS_PAGE],
+                "cut": len(got) > FACTS_PAGE, "next": forward + 1 if forward + 1 < count else None}
+
+    def delete(self, sid: str, run: str) -> None:
+        """Remove a run's folder. Never follows a link, never leaves the store:
+        the folder is reached through descriptors opened without following,
+        its lock is taken first (a run a live Recorder holds is refused with
+        Busy), then it is renamed into the store's ``tmp/`` (gone from the
+        listing at once) and removed there by ``shutil.rmtree`` on a folder
+        descriptor, which never follows a link inside."""
+        root, folder = self.run_folder(sid, run)
+        if _runs.live_recorder(folder) is not None:
+            raise Busy(f"run {run!r} is being recorded in this process: close its Recorder first")
+        runs_fd = files.open_dir(root, ("runs",))
+        try:
+            tmp_fd = files.open_dir(root, ())
+            try:
+                files.ensure_dirs(root, ("tmp",))
+                os.close(tmp_fd)
+                tmp_fd = files.open_dir(root, ("tmp",))
+                run_fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=runs_fd)
+                try:
+                    lock = _hold_lock(run_fd, run)
+                    try:
+                        gone = f"deleted-{run[:40]}-{secrets.token_hex(6)}"
+                        os.rename(run, gone, src_dir_fd=runs_fd, dst_dir_fd=tmp_fd)
+                    finally:
+                        os.close(lock)
+                finally:
+                    os.close(run_fd)
+                shutil.rmtree(gone, dir_fd=tmp_fd)
+            finally:
+                os.close(tmp_fd)
+        finally:
+            os.close(runs_fd)
+        with self._lock:
+            self._rows.pop((sid, run), None)
+
+
+def _hold_lock(run_fd: int, run: str) -> int:
+    """The run's lock, held: Busy when a live Recorder holds it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(_runs.LOCK, flags, 0o644, dir_fd=run_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Busy(f"run {run!r}: its lock is not a regular file; run `somatize check` on the store")
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            raise Busy(f"run {run!r} is being recorded (a live Recorder holds its lock): "
+                       f"delete it once it has finished or been stopped") from None
+        raise
+    except Busy:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _summary_key(root, run):
+    try:
+        st = os.lstat(os.path.join(root, "runs", run, _runs.SUMMARY))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _relative(text: str, root: str) -> str:
+    return text.replace(root + os.sep, "").replace(root, ".")
+
+
+def _row(root: str, s: dict) -> dict:
+    """What the sidebar shows of one run: no checksums, no absolute path."""
+    name = s["run"]
+    row = {"run": name, "state": s["state"]}
+    if s["state"] == "damaged":
+        problems, _ = check_run(Path(root) / "runs" / name)
+        row["problem"] = _relative(s.get("problem", ""), root)
+        row["check"] = [_relative(p, root) for p in problems]
+        return row
+    facts = s.get("summarising") or {}
+    steps = facts.get("loss", {}).get("count")
+    row.update({
+        "forwards": s.get("forwards"),
+        "steps": steps if steps is not None else s.get("forwards"),
+        "facts": s.get("facts"),
+        "started": s.get("started"),
+        "updated": s.get("updated"),
+        "duration": (s["updated"] - s["started"]) if s.get("updated") and s.get("started") else None,
+        "summarising": {k: {f: v.get(f) for f in ("count", "first", "last", "min", "max")} for k, v in facts.items()},
+        "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
+        "config": s.get("config"),
+    })
+    return row
+
+
+def downsample(value: np.ndarray, points: int) -> np.ndarray:
+    """Indices (sorted) of at most ``points`` of ``value`` that keep its
+    shape: cut into ``points // 2`` buckets of equal length, the minimum and
+    the maximum of each are kept, so the series' exact extremes always are."""
+    n = len(value)
+    if n <= points:
+        return np.arange(n)
+    buckets = points // 2
+    width = -(-n // buckets)
+    buckets = -(-n // width)
+    low = np.full(buckets * width, np.inf)
+    high = np.full(buckets * width, -np.inf)
+    low[:n] = value
+    high[:n] = value
+    start = np.arange(buckets) * width
+    at = np.concatenate([start + low.reshape(buckets, width).argmin(1), start + high.reshape(buckets, width).argmax(1)])
+    return np.unique(at)

@@ -1,0 +1,153 @@
+"""The routes under ``<base_url>/somatize/``: thin tornado handlers over
+``_browse.Browser``.
+
+Every verb is ``@tornado.web.authenticated`` and ``@authorized`` against the
+resource ``somatize`` (reads are "read", DELETE is "write"); DELETE goes
+through jupyter_server's XSRF check (never overridden here). Reads run on a
+small thread pool, never on the event loop. GET answers carry an ETag
+(tornado's, over the body; a listing's is ``Browser.runs_tagged``'s tag,
+known before the body is built) and a poll that sends it back gets 304 with
+no body. An error answers JSON ``{"message": ...}`` with no traceback and no
+absolute path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .._base.errors import SomatizeError, SomatizeKeyError
+from ._browse import PAGE, POINTS, Bad, Browser, Busy, NotFound
+
+RESOURCE = "somatize"
+_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
+_ABSOLUTE = re.compile(r"(?<![\w.~])/[^\s'\"]+")
+
+
+class _Handler(APIHandler):
+    auth_resource = RESOURCE
+
+    def initialize(self, browser: Browser):
+        self.browser = browser
+
+    async def _answer(self, fn, tagged=False):
+        """Run ``fn()`` (it reads the query too) on the pool and answer its
+        result as JSON; a refusal answers ``{"message"}`` with its status."""
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(_POOL, fn)
+        except (NotFound, SomatizeKeyError) as e:
+            return self._fail(404, e)
+        except Bad as e:
+            return self._fail(400, e)
+        except Busy as e:
+            return self._fail(409, e)
+        except SomatizeError as e:  # damage, a run that cannot answer this
+            return self._fail(422, e)
+        except OSError as e:
+            return self._fail(500, f"could not read the store ({e.strerror or type(e).__name__})")
+        if tagged:  # (answer, tag): a poll that sends the tag back gets 304, nothing serialised
+            result, tag = result
+            self.set_header("Etag", f'"{tag}"')
+            if self.check_etag_header():
+                self.set_status(304)
+                return self.finish()
+        if result is None:
+            self.set_status(204)
+            return self.finish()
+        self.set_header("Content-Type", "application/json")
+        return self.finish(orjson.dumps(result))
+
+    def _fail(self, status, error):
+        root = self.browser.root
+        text = str(error).replace(root + os.sep, "").replace(root, ".")
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        return self.finish(orjson.dumps({"message": _ABSOLUTE.sub("<path>", text)}))
+
+    def _int(self, name, default, low=0, high=1 << 62) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise Bad(f"{name} must be a whole number, not {raw[:40]!r}") from None
+        if not low <= value <= high:
+            raise Bad(f"{name} must be between {low} and {high}")
+        return value
+
+
+class StoresHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self):
+        await self._answer(lambda: {"root": os.path.basename(self.browser.root), "stores": self.browser.stores()})
+
+
+class RunsHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid):
+        await self._answer(lambda: self.browser.runs_tagged(
+            sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200]),
+            tagged=True)
+
+
+class RunHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid, run):
+        await self._answer(lambda: self.browser.run(sid, run))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, sid, run):
+        await self._answer(lambda: self.browser.delete(sid, run))
+
+
+class CurveHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid, run):
+        await self._answer(lambda: self.browser.curve(
+            sid, run, self.get_query_argument("name", "loss")[:300], self._int("points", POINTS, 2, POINTS)))
+
+
+class NodesHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid, run):
+        await self._answer(lambda: {"run": run, "nodes": self.browser.nodes(sid, run)})
+
+
+class FactsHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid, run):
+        await self._answer(lambda: self.browser.facts(sid, run, self._int("forward", 0)))
+
+
+_ID = r"([^/]+)"
+ROUTES = [
+    (r"somatize/stores", StoresHandler),
+    (rf"somatize/stores/{_ID}/runs", RunsHandler),
+    (rf"somatize/stores/{_ID}/runs/{_ID}", RunHandler),
+    (rf"somatize/stores/{_ID}/runs/{_ID}/curve", CurveHandler),
+    (rf"somatize/stores/{_ID}/runs/{_ID}/nodes", NodesHandler),
+    (rf"somatize/stores/{_ID}/runs/{_ID}/facts", FactsHandler),
+]
+
+
+def setup(web_app, root_dir) -> Browser:
+    browser = Browser(root_dir)
+    base = web_app.settings["base_url"]
+    web_app.add_handlers(".*$", [(url_path_join(base, path), h, {"browser": browser}) for path, h in ROUTES])
+    return browser

@@ -1,0 +1,76 @@
+"""What the real-browser tests share: Debian's Chromium and its flags, and a
+real `jupyter lab` started for a test (with this checkout's lab extension and,
+unless told otherwise, its server extension)."""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TOKEN = "somatize-browser-test"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_lab(root, tmp_path, server_extension=True):
+    """A `jupyter lab` serving `root`, stopped on leaving; yields its URL.
+
+    The run browser's lab extension is the one built in this checkout
+    (somatize/labextension, by scripts/setup), found through JUPYTER_PATH;
+    its server extension is enabled by a config file of this lab only, or
+    left out (`server_extension=False`) to see what the sidebar says then."""
+    built = ROOT / "somatize" / "labextension"
+    assert (built / "package.json").is_file(), "the lab extension is not built: run scripts/setup"
+    data = tmp_path / "data"
+    (data / "labextensions").mkdir(parents=True)
+    os.symlink(built, data / "labextensions" / "somatize")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {"somatize._server": server_extension}}}))
+    port = free_port()
+    # the lab's settings (its theme) and workspaces stay in tmp_path, not in the home folder
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+           "JUPYTER_PATH": str(data), "PYTHONPATH": str(ROOT),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+    log = open(tmp_path / "lab.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2) as r:
+                    json.load(r)
+                break
+            except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()

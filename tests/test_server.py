@@ -1,0 +1,420 @@
+"""The run browser's server extension through real HTTP (pytest-jupyter's
+``jp_fetch``): its routes, and the security battery.
+
+The layout under the server's root holds a store with runs (one damaged on
+purpose), and, planted around it, what a hostile neighbour could make: a
+store that is a symlink out of the root, a run folder that is a symlink out,
+a sibling folder whose name shares the root's prefix. Everything outside the
+root is named ``OUTSIDE-…``; an audit hook records every ``open``/listing of
+such a path while the battery runs, and none may happen.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from jupyter_server.auth import Authorizer
+from tornado.httpclient import HTTPClientError
+
+from somatize import Recorder, Store
+from somatize._server._browse import store_id
+from somatize._server._handlers import ROUTES
+from somatize.record import curve
+
+pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+ROOT = Path(__file__).resolve().parents[1]
+GUARD_S = 60  # a guard against a hang, not a measurement
+
+# ---- the audit hook: installed once, recording only while a battery runs ------------
+_WATCHING: list | None = None
+_OUTSIDE: list[str] = []
+WATCHED = {"open", "os.listdir", "os.scandir", "os.remove", "os.rmdir", "os.rename"}
+
+
+def _hook(event, args):
+    if _WATCHING is None or event not in WATCHED or not args:
+        return
+    path = args[0]
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        return
+    if os.path.isabs(path):
+        flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
+        if flags & os.O_NOFOLLOW:  # the last part is not followed: it stays where it is
+            path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        else:
+            path = os.path.realpath(path)
+    # a name opened relative to a folder descriptor carries only its own name:
+    # everything outside the root is named OUTSIDE-…, a name the root never holds
+    if "OUTSIDE" in path or any(path.startswith(o + os.sep) for o in _OUTSIDE):
+        _WATCHING.append(f"{event} {args[0]}")
+
+
+sys.addaudithook(_hook)
+
+
+def record(store, run, losses, **extra):
+    with Recorder(store, run=run) as r:
+        for v in losses:
+            r.forward_began()
+            r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 30})
+            r({"fact": "ran", "node": "head", "began_us": 30, "took_us": 10})
+            r({"fact": "finished", "took_us": 45})
+            r({"fact": "loss", "value": float(v)})
+
+
+@pytest.fixture
+def layout(jp_root_dir, tmp_path):
+    root = Path(jp_root_dir)
+    store = Store(root / "proj" / "store")
+    record(store, "alpha", np.linspace(2, 1, 50))
+    record(store, "beta", np.linspace(3, 0.5, 80))
+    record(store, "broken", [1.0, 0.5])
+    (root / "proj" / "store" / "runs" / "broken" / "summary.json").write_bytes(b"{garbage")
+    # outside the root
+    outside = tmp_path / "OUTSIDE-store"
+    record(Store(outside), "OUTSIDE-run", [9.0, 8.0])
+    sibling = Path(str(root) + "-OUTSIDE")  # shares the root's prefix
+    record(Store(sibling / "store"), "OUTSIDE-sibling", [7.0])
+    os.symlink(outside, root / "link-store")
+    os.symlink(outside / "runs" / "OUTSIDE-run", root / "proj" / "store" / "runs" / "linked")
+    # noise the walk must skip
+    record(Store(root / ".hidden" / "store"), "hidden-run", [1.0])
+    record(Store(root / "node_modules" / "store"), "nm-run", [1.0])
+    global _OUTSIDE
+    _OUTSIDE = [str(outside), str(sibling)]
+    return {"root": root, "store": root / "proj" / "store", "outside": outside, "sibling": sibling}
+
+
+@pytest.fixture
+def jp_server_config():
+    return {"ServerApp": {"jpserver_extensions": {"somatize._server": True}}}
+
+
+async def get(jp_fetch, *parts, **params):
+    r = await jp_fetch("somatize", *parts, params=params)
+    return orjson.loads(r.body)
+
+
+async def the_store(jp_fetch):
+    stores = (await get(jp_fetch, "stores"))["stores"]
+    return next(s for s in stores if s["path"] == "proj/store")["id"]
+
+
+# ---- routes ------------------------------------------------------------------------------
+
+
+async def test_stores_found_under_the_root_only_real_folders_hidden_and_node_modules_skipped(jp_fetch, layout):
+    got = await get(jp_fetch, "stores")
+    assert [s["path"] for s in got["stores"]] == ["proj/store"]
+    assert got["stores"][0]["runs"] == 3  # alpha, beta, broken; "linked" is a symlink, not listed
+
+
+async def test_a_new_store_appears_without_a_restart(jp_fetch, layout):
+    await get(jp_fetch, "stores")
+    record(Store(layout["root"] / "later"), "x", [1.0])
+    assert "later" in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
+    # and its id answers even before the next listing of stores
+    record(Store(layout["root"] / "later2"), "y", [1.0])
+    rows = (await get(jp_fetch, "stores", store_id("later2"), "runs"))["runs"]
+    assert [r["run"] for r in rows] == ["y"]
+
+
+async def test_runs_listed_with_state_steps_times_and_summaries(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    got = await get(jp_fetch, "stores", sid, "runs")
+    rows = {r["run"]: r for r in got["runs"]}
+    assert sorted(rows) == ["alpha", "beta", "broken"] and got["total"] == 3 and got["next"] is None
+    beta = rows["beta"]
+    assert beta["state"] == "finished" and beta["steps"] == 80 and beta["forwards"] == 80
+    loss = beta["summarising"]["loss"]
+    assert loss["last"] == pytest.approx(0.5) and loss["min"] == pytest.approx(0.5)
+    assert beta["duration"] >= 0 and beta["started"] > 0 and "loss" in beta["curves"]
+
+
+async def test_a_damaged_run_lists_marked_damaged_with_what_check_says(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    r = await jp_fetch("somatize", "stores", sid, "runs")
+    broken = next(x for x in orjson.loads(r.body)["runs"] if x["run"] == "broken")
+    assert broken["state"] == "damaged" and "summary.json" in broken["problem"]
+    assert broken["check"] and all("summary.json" in c for c in broken["check"])
+    assert str(layout["root"]) not in r.body.decode()
+
+
+async def test_a_listing_pages_beyond_its_limit_and_filters_by_name(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    first = await get(jp_fetch, "stores", sid, "runs", limit="2")
+    assert [r["run"] for r in first["runs"]] == ["alpha", "beta"] and first["next"] == 2
+    rest = await get(jp_fetch, "stores", sid, "runs", offset="2", limit="2")
+    assert [r["run"] for r in rest["runs"]] == ["broken"] and rest["next"] is None
+    assert [r["run"] for r in (await get(jp_fetch, "stores", sid, "runs", match="ET"))["runs"]] == ["beta"]
+
+
+async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    r = await jp_fetch("somatize", "stores", sid, "runs")
+    etag = r.headers["Etag"]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", headers={"If-None-Match": etag})
+    assert e.value.code == 304
+    record(Store(layout["store"]), "gamma", [1.0])
+    again = await jp_fetch("somatize", "stores", sid, "runs", headers={"If-None-Match": etag})
+    assert again.code == 200 and "gamma" in again.body.decode()
+
+
+async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch, layout):
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=30_000).cumsum()
+    record(Store(layout["store"]), "long", values)
+    sid = await the_store(jp_fetch)
+    got = await get(jp_fetch, "stores", sid, "runs", "long", "curve", name="loss")
+    assert got["points"] == 30_000 and len(got["value"]) <= 2_000
+    assert got["min"] == values.min() and got["max"] == values.max()
+    assert min(got["value"]) == values.min() and max(got["value"]) == values.max()
+    assert got["forward"] == sorted(got["forward"])
+    # each point served is the run's own point
+    served = curve(layout["store"], "long", "loss")
+    assert [served[f] for f in got["forward"][:50]] == got["value"][:50]
+
+
+async def test_per_node_time_and_facts_one_forward_a_page(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    nodes = (await get(jp_fetch, "stores", sid, "runs", "alpha", "nodes"))["nodes"]
+    by = {n["node"]: n for n in nodes}
+    assert by["body"]["total_us"] == 50 * 30 and by["head"]["calls"] == 50
+    page = await get(jp_fetch, "stores", sid, "runs", "alpha", "facts", forward="3")
+    assert page["forwards"] == 50 and page["next"] == 4
+    assert [f["fact"] for f in page["facts"]] == ["ran", "ran", "finished", "loss"]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "alpha", "facts", params={"forward": "50"})
+    assert e.value.code == 400
+
+
+async def test_delete_removes_one_run_and_leaves_the_others(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    r = await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")
+    assert r.code == 204
+    assert not (layout["store"] / "runs" / "alpha").exists()
+    assert [x["run"] for x in (await get(jp_fetch, "stores", sid, "runs"))["runs"]] == ["beta", "broken"]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")
+    assert e.value.code == 404
+
+
+async def test_delete_refuses_a_run_a_live_recorder_holds(jp_fetch, layout):
+    """Decided: a run still being written is never deleted (409): its Recorder
+    would go on writing into a folder nobody lists. Told by the run's lock."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from somatize import Recorder
+            r = Recorder({str(layout["store"])!r}, run="live")
+            r.forward_began(); r({{"fact": "loss", "value": 1.0}}); r.flush()
+            print("ready", flush=True)
+            sys.stdin.readline()
+            r.close()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        sid = await the_store(jp_fetch)
+        row = await get(jp_fetch, "stores", sid, "runs", "live")
+        assert row["state"] == "running"
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("somatize", "stores", sid, "runs", "live", method="DELETE")
+        assert e.value.code == 409 and b"being recorded" in e.value.response.body
+        assert (layout["store"] / "runs" / "live").is_dir()
+    finally:
+        child.communicate("\n", timeout=GUARD_S)
+    r = await jp_fetch("somatize", "stores", sid, "runs", "live", method="DELETE")
+    assert r.code == 204
+
+
+async def test_delete_refuses_a_run_recorded_in_the_server_process(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    with Recorder(layout["store"], run="here") as r:
+        r.forward_began()
+        r({"fact": "loss", "value": 1.0})
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("somatize", "stores", sid, "runs", "here", method="DELETE")
+        assert e.value.code == 409
+
+
+# ---- security ------------------------------------------------------------------------------
+
+
+def our_routes(web_app):
+    """(pattern, handler class) of every rule in the server's route table under /somatize/."""
+    found = []
+    rules = list(web_app.default_router.rules) + list(web_app.wildcard_router.rules)
+    while rules:
+        rule = rules.pop()
+        if hasattr(rule.target, "rules"):  # a router for one host pattern: walk into it
+            rules.extend(rule.target.rules)
+            continue
+        pattern = getattr(rule.matcher, "regex", None)
+        if pattern is not None and "/somatize/" in pattern.pattern:
+            found.append((pattern.pattern, rule.target))
+    return sorted(found, key=lambda r: r[0])
+
+
+async def test_every_route_requires_an_authenticated_user(jp_fetch, jp_web_app, http_server_client, layout):
+    sid = await the_store(jp_fetch)
+    routes = our_routes(jp_web_app)
+    assert len(routes) == len(ROUTES)
+    tried = 0
+    for pattern, handler in routes:
+        path = pattern.rstrip("$").replace("([^/]+)", sid, 1).replace("([^/]+)", "beta", 1)
+        for method in ("GET", "DELETE"):
+            if getattr(handler, method.lower()) is getattr(handler.__mro__[-2], method.lower(), None):
+                continue  # the verb is not served by this route
+            r = await http_server_client.fetch(path, method=method, raise_error=False)
+            assert r.code == 403, (method, path)
+            tried += 1
+    assert tried == len(ROUTES) + 1  # one DELETE
+    assert (layout["store"] / "runs" / "beta").is_dir()
+
+
+class DenySomatize(Authorizer):
+    """Says no to the resource ``somatize`` only: the routes must ask for it."""
+
+    def is_authorized(self, handler, user, action, resource):
+        return resource != "somatize"
+
+
+@pytest.mark.parametrize("jp_server_config", [{"ServerApp": {"jpserver_extensions": {"somatize._server": True},
+                                                             "authorizer_class": DenySomatize}}])
+async def test_every_route_goes_through_the_authorizer_with_our_resource(jp_fetch, jp_web_app, http_server_client,
+                                                                         jp_auth_header, layout):
+    sid = store_id("proj/store")
+    for pattern, _ in our_routes(jp_web_app):
+        path = pattern.rstrip("$").replace("([^/]+)", sid, 1).replace("([^/]+)", "beta", 1)
+        r = await http_server_client.fetch(path, headers=jp_auth_header, raise_error=False)
+        assert r.code == 403, path
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "beta", method="DELETE")
+    assert e.value.code == 403
+    assert (layout["store"] / "runs" / "beta").is_dir()
+    await jp_fetch("api", "status")  # the rest of the server still answers
+
+
+def test_delete_goes_through_the_xsrf_check():
+    """jupyter_server checks XSRF on every non-GET request of a handler that
+    does not opt out; none of ours opts out."""
+    from jupyter_server.base.handlers import JupyterHandler
+
+    for _, handler in ROUTES:
+        assert handler.check_xsrf_cookie is JupyterHandler.check_xsrf_cookie
+        assert handler.auth_resource == "somatize"
+
+
+HOSTILE = [
+    "..", "../", "..%2f", "..%2F", "%2e%2e%2f", "%2e%2e", "%252e%252e%252f", "..%255c", "..\\", "..%5c",
+    "....//", "%2e%2e%5c", "..;", "/etc/passwd", "%2fetc%2fpasswd", "%2Fetc%2Fshadow", "C:\\Windows", "C%3A%5CWindows",
+    "\\\\server\\share", "%5c%5cserver%5cshare", "%23", "a%23b", "%3f", "a%3fb%3d1", "%00", "a%00b", "..%00",
+    "x" * 300, "y" * 5000, "%c0%ae%c0%ae%2f", "%ef%bc%8e%ef%bc%8e%ef%bc%8f", "~", "~root", "%24%7BHOME%7D", ".",
+    "%2e", "runs", "SOMATIZE", "objects", "%20", "*", "OUTSIDE-run", "OUTSIDE-sibling", "linked", "link-store",
+    "proj", "proj%2fstore", "%2e%2e%2f%2e%2e%2fOUTSIDE-store", "%252e%252e%252fOUTSIDE-store",
+]
+
+
+async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch, http_server_client, jp_auth_header,
+                                                                       jp_base_url, layout):
+    global _WATCHING
+    sid = await the_store(jp_fetch)
+    outside_ids = [store_id(r) for r in ("link-store", "../OUTSIDE-store", str(layout["outside"]),
+                                          os.path.relpath(layout["sibling"] / "store", layout["root"]))]
+    base = jp_base_url.rstrip("/") + "/somatize/stores"
+    urls = []
+    for bad in HOSTILE + outside_ids:
+        urls += [("GET", f"{base}/{bad}/runs"), ("GET", f"{base}/{bad}/runs/beta/curve"),
+                 ("GET", f"{base}/{sid}/runs/{bad}"), ("GET", f"{base}/{sid}/runs/{bad}/curve"),
+                 ("GET", f"{base}/{sid}/runs/{bad}/nodes"), ("GET", f"{base}/{sid}/runs/{bad}/facts"),
+                 ("DELETE", f"{base}/{sid}/runs/{bad}"), ("DELETE", f"{base}/{bad}/runs/beta"),
+                 ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}")]
+    assert len(HOSTILE) >= 40
+    _WATCHING = []
+    answers = {}
+    try:
+        for method, url in urls:
+            r = await http_server_client.fetch(url, method=method, headers=jp_auth_header, raise_error=False,
+                                               request_timeout=GUARD_S, follow_redirects=False)
+            if r.code in (301, 302):  # jupyter_server's own redirect that drops a trailing "/": follow it here
+                assert r.headers["Location"] == url.rstrip("/").split("?")[0], url
+                r = await http_server_client.fetch(r.headers["Location"], method=method, headers=jp_auth_header,
+                                                   raise_error=False, request_timeout=GUARD_S, follow_redirects=False)
+            answers[(method, url)] = r
+        touched = list(_WATCHING)
+    finally:
+        _WATCHING = None
+    # a URL ending in "/" never reaches our routes: jupyter_server's own
+    # trailing-slash handler answers it (a redirect for GET, 403 for DELETE)
+    wrong = {k: r.code for k, r in answers.items()
+             if r.code not in (400, 404) and not (r.code == 403 and k[0] == "DELETE" and k[1].endswith("/"))}
+    assert wrong == {}
+    for r in answers.values():
+        body = (r.body or b"").decode(errors="replace")
+        assert "Traceback" not in body and str(layout["root"]) not in body and "/tmp" not in body
+    assert touched == []
+    # nothing was removed, inside or out
+    assert sorted(os.listdir(layout["store"] / "runs")) == ["alpha", "beta", "broken", "linked"]
+    assert (layout["outside"] / "runs" / "OUTSIDE-run" / "summary.json").is_file()
+
+
+async def test_a_symlinked_store_or_run_is_not_listed_read_or_served(jp_fetch, layout):
+    global _WATCHING
+    _WATCHING = []
+    try:
+        stores = (await get(jp_fetch, "stores"))["stores"]
+        sid = await the_store(jp_fetch)
+        rows = (await get(jp_fetch, "stores", sid, "runs"))["runs"]
+        touched = list(_WATCHING)
+    finally:
+        _WATCHING = None
+    assert "link-store" not in [s["path"] for s in stores]
+    assert "linked" not in [r["run"] for r in rows]
+    for parts in (("stores", store_id("link-store"), "runs"), ("stores", sid, "runs", "linked", "curve")):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("somatize", *parts)
+        assert e.value.code == 404
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "linked", method="DELETE")
+    assert e.value.code == 404
+    assert touched == []
+    assert (layout["outside"] / "runs" / "OUTSIDE-run" / "facts.log").is_file()
+
+
+async def test_a_store_whose_runs_folder_links_out_lists_nothing_and_deletes_nothing(jp_fetch, layout):
+    store = Store(layout["root"] / "trap")
+    store.keep("x", 1)
+    os.symlink(layout["outside"] / "runs", layout["root"] / "trap" / "runs")
+    rows = (await get(jp_fetch, "stores", store_id("trap"), "runs"))["runs"]
+    assert rows == []
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", store_id("trap"), "runs", "OUTSIDE-run", method="DELETE")
+    assert e.value.code == 404
+    assert (layout["outside"] / "runs" / "OUTSIDE-run").is_dir()
+
+
+async def test_error_bodies_name_no_absolute_path_and_carry_no_traceback(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    for parts, params, code in ((("stores", sid, "runs", "broken", "curve"), {}, 422),
+                                (("stores", sid, "runs", "beta", "curve"), {"name": "nope"}, 404),
+                                (("stores", sid, "runs", "nope"), {}, 404),
+                                (("stores", sid, "runs"), {"offset": "x"}, 400)):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("somatize", *parts, params=params)
+        body = e.value.response.body.decode()
+        assert e.value.code == code, (parts, body)
+        assert "Traceback" not in body and str(layout["root"]) not in body and "/tmp/" not in body
+        assert orjson.loads(body)["message"]

@@ -1,0 +1,234 @@
+"""The run browser (js/sidebar, somatize/_server) in a real browser: Debian's
+Chromium, driven by Python playwright, against a real `jupyter lab`.
+
+Its sidebar lists a store's runs, a run being recorded by another process
+counts its steps up without a reload, two runs overlay as two curves, "Insert
+code" puts a cell in the notebook that runs, Delete removes one run after the
+confirmation and leaves the others, the table moves with the keyboard, and a
+store named like markup stays text. Screenshots, light and dark, 1400 and 800
+px wide, go to test-artifacts/sidebar/. Without its server extension the
+sidebar names the command that enables it.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, running_lab
+
+# ---- the run browser --------------------------------------------------------------------
+
+SIDEBAR_SHOTS = ARTIFACTS / "sidebar"
+HOSTILE_NAME = "<img src=x onerror=alert(1)>"
+# Records one step (a forward and its loss) per unit asked on stdin, flushes,
+# and says how many steps it has: the test moves the run on, no clock involved.
+LIVE_CHILD = r"""
+import sys
+from somatize import Recorder
+r = Recorder(sys.argv[1], run="live")
+step = 0
+for line in sys.stdin:
+    for _ in range(int(line)):
+        r.forward_began()
+        r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
+        r({"fact": "finished", "took_us": 50})
+        r({"fact": "loss", "value": 2.0 / (step + 1)})
+        step += 1
+    r.flush()
+    print(step, flush=True)
+r.close()
+"""
+
+
+def record_run(store, run, losses):
+    from somatize import Recorder
+
+    with Recorder(store, run=run) as r:
+        for i, v in enumerate(losses):
+            r.forward_began()
+            r({"fact": "ran", "node": "encoder", "began_us": 0, "took_us": 300 + i % 7})
+            r({"fact": "ran", "node": "head", "began_us": 300, "took_us": 90})
+            r({"fact": "finished", "took_us": 420})
+            r({"fact": "loss", "value": float(v)})
+            r({"fact": "accuracy", "value": 1.0 - float(v) / 4})
+
+
+@pytest.fixture
+def runs_root(tmp_path):
+    import numpy as np
+
+    from somatize import Store
+
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    root = tmp_path / "root"
+    store = Store(root / "experiments" / "store")
+    steps = np.arange(400)
+    record_run(store, "alpha", 2.5 * np.exp(-steps / 90) + 0.2 + 0.05 * np.sin(steps / 7))
+    record_run(store, "beta", 2.8 * np.exp(-steps / 150) + 0.35 + 0.05 * np.cos(steps / 5))
+    record_run(Store(root / HOSTILE_NAME), "inert", [1.0, 0.5])
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells.append(nbformat.v4.new_markdown_cell("Runs, from the sidebar"))
+    nbformat.write(nb, root / "runs.ipynb")
+    return root
+
+
+def open_sidebar(page, url):
+    page.goto(f"{url}/lab/tree/runs.ipynb?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    page.add_style_tag(content=".Toastify { display: none !important; }")
+    page.locator(".lm-TabBar-tab[data-id='somatize-sidebar']").click()
+    page.locator("#somatize-sidebar").wait_for(timeout=30_000)
+
+
+def accept_kernel_dialog(page):
+    """A "Select Kernel" dialog may come up once the page settles: accept it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    accept = page.locator(".jp-Dialog button.jp-mod-accept")
+    try:
+        accept.first.wait_for(timeout=20_000)
+        accept.first.click()
+    except PlaywrightTimeout:
+        pass
+
+
+def theme(page, name, light):
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=name).first.click()
+    page.wait_for_selector(f"body[data-jp-theme-light='{str(light).lower()}']", state="attached", timeout=30_000)
+
+
+def shoot(page, name):
+    for width in (1400, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(300)  # a frame for the layout to follow; the picture is for a person
+        page.screenshot(path=SIDEBAR_SHOTS / f"{name}-{width}.png")
+
+
+def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    SIDEBAR_SHOTS.mkdir(parents=True, exist_ok=True)
+    store = runs_root / "experiments" / "store"
+    child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, str(store)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    dialogs, stray = [], []
+    try:
+        child.stdin.write("30\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "30"
+        with running_lab(runs_root, tmp_path) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.on("request", lambda r: stray.append(r.url) if r.url.split("?")[0].rsplit("/", 1)[-1] == "x" else None)
+            try:
+                open_sidebar(page, url)
+                side = page.locator("#somatize-sidebar")
+                for run in ("alpha", "beta", "live", "inert"):
+                    side.locator(f"tr.smz-row[data-run='{run}']").wait_for(timeout=30_000)
+                # the store named like markup is shown as its name, as text
+                assert HOSTILE_NAME in side.locator("h3.smz-store-name").all_text_contents()
+                assert side.locator("img").count() == 0
+
+                # a running run counts up without a reload
+                steps = side.locator("tr.smz-row[data-run='live'] td[data-col='steps']")
+                assert steps.text_content() == "30"
+                assert side.locator("tr.smz-row[data-run='live']").get_attribute("data-state") == "running"
+                child.stdin.write("25\n")
+                child.stdin.flush()
+                assert child.stdout.readline().strip() == "55"
+                page.wait_for_function(
+                    "() => document.querySelector(\"#somatize-sidebar tr[data-run='live'] td[data-col='steps']\")"
+                    "?.textContent === '55'", timeout=30_000)
+                loss = side.locator("tr.smz-row[data-run='alpha'] td[data-fact='loss']").text_content()
+                assert " / " in loss
+
+                # keyboard: focus moves down the table, Space selects
+                first = side.locator("tr.smz-row").first
+                first.focus()
+                page.keyboard.press("ArrowDown")
+                focused = page.evaluate("() => document.activeElement.dataset.run")
+                assert focused == side.locator("tr.smz-row").nth(1).get_attribute("data-run")
+                page.keyboard.press(" ")
+                assert side.locator(f"tr.smz-row[data-run='{focused}']").get_attribute("aria-selected") == "true"
+
+                # sorted by name; a click on the column's header turns it round, another back
+                ours = side.locator("section:has(tr[data-run='alpha'])")
+                for want in (["live", "beta", "alpha"], ["alpha", "beta", "live"]):
+                    ours.locator("th[data-col='run'] button").click()
+                    assert ours.locator("tr.smz-row").evaluate_all("rows => rows.map(r => r.dataset.run)") == want
+
+                # two runs overlaid: two curves and a legend
+                side.locator("tr.smz-row[data-run='alpha']").click()
+                side.locator("tr.smz-row[data-run='beta']").click(modifiers=["Control"])
+                side.locator("button", has_text="Open").click()
+                panel = page.locator(".somatize-runs-panel").last
+                panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
+                assert panel.locator("polyline.smz-curve").count() == 2
+                assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["alpha", "beta"]
+                assert panel.locator(".smz-bar-row[data-node='encoder']").count() == 2
+                theme(page, "JupyterLab Light", True)
+                shoot(page, "light")
+                theme(page, "JupyterLab Dark", False)
+                shoot(page, "dark")
+                page.set_viewport_size({"width": 1400, "height": 900})
+
+                # delete one run after confirming; the others stay
+                side.locator("tr.smz-row[data-run='beta']").click()
+                side.locator("button", has_text="Delete").click()
+                page.locator(".jp-Dialog").wait_for()
+                assert "beta" in page.locator(".jp-Dialog").text_content()
+                page.locator(".jp-Dialog button.jp-mod-accept").click()
+                side.locator("tr.smz-row[data-run='beta']").wait_for(state="detached", timeout=30_000)
+                assert side.locator("tr.smz-row[data-run='alpha']").count() == 1
+                assert not (store / "runs" / "beta").exists() and (store / "runs" / "alpha").is_dir()
+
+                # insert code into the notebook, and run it there
+                page.locator(".lm-TabBar-tab", has_text="runs.ipynb").first.click()
+                accept_kernel_dialog(page)
+                side.locator("tr.smz-row[data-run='alpha']").click()
+                side.locator("button", has_text="Insert code").click()
+                # the cell holding the code (running it adds an empty cell below)
+                cell = page.locator(".jp-Notebook .jp-CodeCell", has_text='progress(store, run="alpha")')
+                cell.wait_for(timeout=30_000)
+                code = cell.locator(".cm-content").text_content()
+                assert 'store = "experiments/store"' in code
+                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+                cell.click()
+                page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+                page.locator(".lm-Menu-itemLabel", has_text="Run Selected Cell").first.click()
+                cell.locator(".somatize-progress").first.wait_for(state="attached", timeout=120_000)
+                errors = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+                assert errors.count() == 0
+                assert dialogs == [] and stray == []
+            finally:
+                page.screenshot(path=SIDEBAR_SHOTS / "page.png")
+                browser.close()
+    finally:
+        child.stdin.close()
+        child.wait(60)
+        child.stdout.close()
+
+
+def test_sidebar_names_the_command_when_the_server_extension_is_off(runs_root, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with running_lab(runs_root, tmp_path, server_extension=False) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            open_sidebar(page, url)
+            message = page.locator("#somatize-sidebar .smz-message")
+            page.wait_for_function(
+                "() => document.querySelector('#somatize-sidebar .smz-message')?.textContent.includes('extension')",
+                timeout=30_000)
+            assert "jupyter server extension enable somatize._server" in message.text_content()
+            assert page.locator("#somatize-sidebar").get_attribute("data-problem") == "missing-server-extension"
+        finally:
+            browser.close()
