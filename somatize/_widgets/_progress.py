@@ -15,6 +15,9 @@ import numpy as np
 from . import _chart, _svg
 
 POINTS = 2000
+# Runs coloured by a numeric config value: low to high along viridis (a
+# sequential map that reads in both themes and in grey), by rank.
+RAMP = ["#440154", "#3b528b", "#21918c", "#5ec962", "#b5a000"]
 
 
 def thinned(values, steps, points=POINTS):
@@ -57,7 +60,7 @@ class Progress:
     the extreme 1% out of the y range; `window`: (first, last) step shown),
     and `chart()` is what both the page and the static picture draw."""
 
-    def __init__(self, store, runs, name):
+    def __init__(self, store, runs, name, color_by=None):
         from somatize.record import curve
 
         self.name = name
@@ -66,8 +69,47 @@ class Progress:
         self._finite = {run: finite(c) for run, c in self.curves.items()}
         # One colour a run, decided here only: the panel and the picture read it.
         self.colors = {run: _svg.SERIES[i % len(_svg.SERIES)] for i, run in enumerate(runs)}
+        self.labels = {run: run for run in runs}
+        self.color_by = color_by
+        if color_by is not None:
+            self._color_by(store, color_by)
         self.log, self.smoothing, self.outliers, self.window = None, 0.0, False, None
         self._view = None
+
+    def _color_by(self, store, key):
+        """Colour each run by its config's `key` (``Recorder(..., config=)``):
+        numbers low to high along `RAMP` by rank, other values one palette
+        colour each; the legend says each run's value."""
+        from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
+        from somatize.record import runs as runs_table
+
+        if not isinstance(key, str):
+            raise SomatizeTypeError(f"color_by={key!r}: give a config key as a str, e.g. color_by='lr'")
+        table = runs_table(store).set_index("run")
+        column = f"config.{key}"
+        if column not in table.columns:
+            known = sorted(c[len("config."):] for c in table.columns if c.startswith("config."))
+            raise SomatizeKeyError(
+                f"color_by={key!r}: no run of this store has {key!r} in its config; the config keys "
+                f"recorded are {known or 'none'} (Recorder(store, run=..., config={{{key!r}: ...}}) records one)"
+            )
+        values = {run: table[column].get(run) if run in table.index else None for run in self.runs}
+        present = {run: v for run, v in values.items() if v is not None and v == v}
+        numeric = present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present.values())
+        if numeric:
+            order = sorted(set(present.values()))
+            place = {v: i / max(1, len(order) - 1) for i, v in enumerate(order)}
+            for run, v in present.items():
+                self.colors[run] = RAMP[round(place[v] * (len(RAMP) - 1))]
+        else:
+            distinct = list(dict.fromkeys(str(v) for v in present.values()))
+            for run, v in present.items():
+                self.colors[run] = _svg.SERIES[distinct.index(str(v)) % len(_svg.SERIES)]
+        for run in self.runs:
+            if run not in present:
+                self.colors[run] = _svg.MUTED
+            shown = _svg.number(present[run]) if numeric and run in present else present.get(run, "—")
+            self.labels[run] = f"{run} ({key}={shown})"
 
     def line(self, run, smoothing=0.0):
         """(steps, values) drawn for `run` with `smoothing` (0 to 1): the full
@@ -80,7 +122,7 @@ class Progress:
         series = []
         for run in self.runs:
             x, y = self.line(run, self.smoothing)
-            s = {"name": run, "color": self.colors[run], "points": list(zip(x.tolist(), y.tolist()))}
+            s = {"name": self.labels[run], "color": self.colors[run], "points": list(zip(x.tolist(), y.tolist()))}
             if self.smoothing > 0:  # the raw trace faded behind the smoothed one, as TensorBoard draws it
                 rx, ry = self.line(run)
                 s["raw"] = [[a, b] for a, b in zip(rx.tolist(), ry.tolist())]
@@ -130,8 +172,11 @@ class Progress:
         return f"progress({self.name}: " + "; ".join(parts) + ")"
 
 
-def progress(store, run, name="loss"):
+def progress(store, run, name="loss", color_by=None):
     """The fact `name` (default `loss`) of `run` over steps, as an interactive
-    figure; `run=["a", "b"]` overlays runs with a legend and one tooltip."""
+    figure; `run=["a", "b"]` overlays runs with a legend and one tooltip;
+    `color_by="lr"` colours each run by that key of its recorded config
+    (numbers from dark to light by rank, other values one colour each) and
+    says each run's value in the legend."""
     runs = [run] if isinstance(run, str) else list(run)
-    return Progress(store, runs, name)
+    return Progress(store, runs, name, color_by=color_by)
