@@ -3,10 +3,11 @@
 text and the colour of the line beside it."""
 
 import pytest
-from pictures import SVG, fill_of, parse, text_of
 
 from somatize import Recorder, SomatizeError, Store
 from somatize.record import progress
+
+from pictures import SVG, fill_of, parse, text_of
 
 
 def sweep(tmp_path, configs):
