@@ -9,6 +9,8 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpec
 from nbclient import NotebookClient
 
+from pictures import svg_markup
+
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "04-many-runs.ipynb"
 
 
@@ -38,6 +40,10 @@ def test_notebook_04_sweeps_on_a_cluster_and_averages_rounds_as_it_says():
     table = shown(out["sweep-table"]).splitlines()[1:]
     assert [row.split()[1:4] for row in table] == [["lr-0.001", "finished", "200"], ["lr-0.003", "finished", "200"],
                                                     ["lr-0.01", "finished", "200"], ["lr-0.03", "finished", "200"]]
+    overlay = "".join(o.get("data", {}).get("text/html", "") for o in out["sweep-progress"])
+    assert 'src="data:image/svg+xml;base64,' in overlay  # the picture a reader without a kernel sees
+    legend = svg_markup(overlay)
+    assert all(f"(lr={lr})" in legend for lr in ("0.001", "0.003", "0.01", "0.03"))  # coloured by config
     cli = text(out["sweep-cli"]).splitlines()
     assert cli[0].split()[:6] == ["run", "state", "forwards", "facts", "config.lr", "config.steps"]
 
