@@ -121,3 +121,13 @@ def test_live_is_shown_before_the_loop_it_watches_and_ends_with_its_numbers():
     (live,) = displayed(out["live"])
     picture = parse(live["text/html"])
     assert stats(picture)["steps"].startswith("300") and "finished" in "".join(picture.itertext())
+
+
+def test_the_committed_fit_cell_shows_its_bar_finished_not_as_it_began():
+    """Issue 9, item 10: a widget bar was saved as "0% 0/100" after a finished
+    fit; the text bar on stderr keeps its last state in the saved notebook."""
+    nb = nbformat.read(Path(__file__).parent.parent / "notebooks" / "03-training.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and ".fit(" in c.source and "epochs" in c.source]
+    assert not [o for o in cell.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    bar = "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr")
+    assert bar.rstrip().split("\r")[-1].lstrip().startswith("100%|") and "100/100" in bar.split("\r")[-1]

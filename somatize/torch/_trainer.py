@@ -248,8 +248,10 @@ class Trainer:
     # -- sugar
     def fit(self, batches, epochs=1, progress=True):
         """``step`` over every batch, ``epochs`` times, with a progress bar
-        (tqdm.auto: text in a terminal, a widget in a notebook). A group left
-        open at the end of an epoch is closed there (see ``close_group``)."""
+        (tqdm's text bar on stderr, in a terminal and in a notebook alike: a
+        widget bar would be saved in a notebook as it was when it appeared,
+        "0%", whereas the text keeps its last state). A group left open at the
+        end of an epoch is closed there (see ``close_group``)."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -260,9 +262,11 @@ class Trainer:
         total = len(batches) if hasattr(batches, "__len__") else None
         bar = None
         if progress:
-            from tqdm.auto import tqdm
+            import sys
 
-            bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True)
+            from tqdm.std import tqdm
+
+            bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True, file=sys.stderr)
         try:
             done = self._resumed_steps  # a resumed Trainer skips the steps its state has done
             self._resumed_steps = 0
