@@ -137,6 +137,7 @@ def lab(store, root):
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
 
 
 def main(argv=None):

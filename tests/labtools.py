@@ -71,6 +71,7 @@ def running_lab(root, tmp_path, server_extension=True):
         server.terminate()
         try:
             server.wait(20)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a busy machine: stop it, and still reap it
             server.kill()
+            server.wait()
         log.close()
