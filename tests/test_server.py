@@ -344,6 +344,7 @@ async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch
         urls += [("GET", f"{base}/{bad}/runs"), ("GET", f"{base}/{bad}/runs/beta/curve"),
                  ("GET", f"{base}/{sid}/runs/{bad}"), ("GET", f"{base}/{sid}/runs/{bad}/curve"),
                  ("GET", f"{base}/{sid}/runs/{bad}/nodes"), ("GET", f"{base}/{sid}/runs/{bad}/facts"),
+                 ("GET", f"{base}/{sid}/runs/{bad}/findings"),
                  ("DELETE", f"{base}/{sid}/runs/{bad}"), ("DELETE", f"{base}/{bad}/runs/beta"),
                  ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}")]
     assert len(HOSTILE) >= 40

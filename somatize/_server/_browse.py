@@ -32,10 +32,10 @@ import errno
 import fcntl
 import hashlib
 import os
+import queue
 import secrets
 import shutil
 import stat
-import queue
 import threading
 from pathlib import Path
 
