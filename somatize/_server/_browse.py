@@ -28,6 +28,7 @@ The rules kept here:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -71,6 +72,7 @@ class _Counter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition(self._lock)
+        self._listing = 0  # listings being built now: the thread waits for them (they come first)
 
     def known(self, folder: str, run: str, key) -> tuple:
         if key is None:  # no summary.json: nothing to diagnose, nothing to wait for
@@ -97,6 +99,20 @@ class _Counter:
             self._counts[(folder, run)] = (key, len(found), None)
         return found
 
+    @contextlib.contextmanager
+    def listing(self):
+        """A context in which no new count starts: a listing holds it while
+        it is built, so counting never slows a listing by more than the one
+        diagnosis already under way."""
+        with self._idle:
+            self._listing += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._listing -= 1
+                self._idle.notify_all()
+
     def wait(self) -> None:
         """Until every queued count has landed (for tests and benches)."""
         with self._idle:
@@ -105,6 +121,8 @@ class _Counter:
     def _work(self):
         while True:
             job = self._queue.get()
+            with self._idle:
+                self._idle.wait_for(lambda: not self._listing)
             folder, run, key = job
             try:
                 self.count_now(folder, run, key)
@@ -245,6 +263,10 @@ class Browser:
         a new one in) and the state of each running run (its lock may have
         been dropped by a process that died, with no file changed). A poll
         that sends the tag back is answered without building the page again."""
+        with _COUNTER.listing():
+            return self._runs_tagged(sid, offset, limit, match)
+
+    def _runs_tagged(self, sid, offset, limit, match) -> tuple[dict, str]:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         try:
