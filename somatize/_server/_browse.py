@@ -126,7 +126,7 @@ class _Counter:
             folder, run, key = job
             try:
                 self.count_now(folder, run, key)
-            except (SomatizeError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - a thread that died would leave every later count pending
                 with self._lock:
                     self._counts[(folder, run)] = (key, None, _relative(str(e), folder)[:300])
             finally:
