@@ -160,7 +160,11 @@ async def test_a_listing_pages_beyond_its_limit_and_filters_by_name(jp_fetch, la
 
 
 async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetch, layout):
+    from somatize._server._browse import _COUNTER
+
     sid = await the_store(jp_fetch)
+    await jp_fetch("somatize", "stores", sid, "runs")
+    _COUNTER.wait()  # a findings count landing changes the page too (tested below)
     r = await jp_fetch("somatize", "stores", sid, "runs")
     etag = r.headers["Etag"]
     with pytest.raises(HTTPClientError) as e:
@@ -340,6 +344,7 @@ async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch
         urls += [("GET", f"{base}/{bad}/runs"), ("GET", f"{base}/{bad}/runs/beta/curve"),
                  ("GET", f"{base}/{sid}/runs/{bad}"), ("GET", f"{base}/{sid}/runs/{bad}/curve"),
                  ("GET", f"{base}/{sid}/runs/{bad}/nodes"), ("GET", f"{base}/{sid}/runs/{bad}/facts"),
+                 ("GET", f"{base}/{sid}/runs/{bad}/findings"),
                  ("DELETE", f"{base}/{sid}/runs/{bad}"), ("DELETE", f"{base}/{bad}/runs/beta"),
                  ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}")]
     assert len(HOSTILE) >= 40
@@ -418,3 +423,26 @@ async def test_error_bodies_name_no_absolute_path_and_carry_no_traceback(jp_fetc
         assert e.value.code == code, (parts, body)
         assert "Traceback" not in body and str(layout["root"]) not in body and "/tmp/" not in body
         assert orjson.loads(body)["message"]
+
+
+async def test_a_listing_counts_each_runs_findings_off_the_request_sick_above_zero_healthy_zero(jp_fetch, layout):
+    """The table's "findings" column: a run whose loss diverged has findings,
+    a healthy one none; the count is made off the request (the first listing
+    may say None, counting) and the listing's tag changes when it lands."""
+    from somatize._server._browse import _COUNTER
+
+    record(Store(layout["store"]), "sick", [1.0] * 5 + [50.0] * 20)
+    sid = await the_store(jp_fetch)
+    first = await jp_fetch("somatize", "stores", sid, "runs")
+    _COUNTER.wait()
+    again = await jp_fetch("somatize", "stores", sid, "runs")
+    rows = {r["run"]: r for r in orjson.loads(again.body)["runs"]}
+    assert rows["sick"]["findings"] == 1 and rows["sick"]["counting"] is False
+    assert rows["alpha"]["findings"] == 0 and rows["beta"]["findings"] == 0
+    assert "findings" not in rows["broken"]  # damaged: not diagnosed
+    if any(r.get("counting") for r in orjson.loads(first.body)["runs"]):
+        assert first.headers["Etag"] != again.headers["Etag"]
+    # the panel's list: kind, node, steps, and the sentence that says why
+    (f,) = (await get(jp_fetch, "stores", sid, "runs", "sick", "findings"))["findings"]
+    assert f["kind"] == "diverged" and f["node"] is None and f["first"] == 5
+    assert (await get(jp_fetch, "stores", sid, "runs", "alpha", "findings"))["findings"] == []

@@ -68,6 +68,7 @@ def runs_root(tmp_path):
     steps = np.arange(400)
     record_run(store, "alpha", 2.5 * np.exp(-steps / 90) + 0.2 + 0.05 * np.sin(steps / 7))
     record_run(store, "beta", 2.8 * np.exp(-steps / 150) + 0.35 + 0.05 * np.cos(steps / 5))
+    record_run(store, "sick", [1.0] * 5 + [50.0] * 20)  # its loss diverged: one finding
     record_run(Store(root / HOSTILE_NAME), "inert", [1.0, 0.5])
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -130,7 +131,7 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
             try:
                 open_sidebar(page, url)
                 side = page.locator("#somatize-sidebar")
-                for run in ("alpha", "beta", "live", "inert"):
+                for run in ("alpha", "beta", "live", "sick", "inert"):
                     side.locator(f"tr.smz-row[data-run='{run}']").wait_for(timeout=30_000)
                 # the store named like markup is shown as its name, as text
                 assert HOSTILE_NAME in side.locator("h3.smz-store-name").all_text_contents()
@@ -149,6 +150,19 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 loss = side.locator("tr.smz-row[data-run='alpha'] td[data-fact='loss']").text_content()
                 assert " / " in loss
 
+                # each run's count of findings, counted off the request: the table reads it again
+                # soon while it is being counted; none shows as a dash, some in the warn colour
+                page.wait_for_function(
+                    "() => document.querySelector(\"#somatize-sidebar tr[data-run='sick'] td[data-col='findings']\")"
+                    "?.dataset.count === '1'", timeout=30_000)
+                found = side.locator("tr.smz-row[data-run='sick'] td[data-col='findings']")
+                assert found.text_content() == "1" and "smz-warn" in found.get_attribute("class")
+                page.wait_for_function(
+                    "() => document.querySelector(\"#somatize-sidebar tr[data-run='alpha'] td[data-col='findings']\")"
+                    "?.dataset.count === '0'", timeout=30_000)
+                none = side.locator("tr.smz-row[data-run='alpha'] td[data-col='findings']")
+                assert none.text_content() == "–" and "smz-warn" not in (none.get_attribute("class") or "")
+
                 # keyboard: focus moves down the table, Space selects
                 first = side.locator("tr.smz-row").first
                 first.focus()
@@ -160,7 +174,7 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
 
                 # sorted by name; a click on the column's header turns it round, another back
                 ours = side.locator("section:has(tr[data-run='alpha'])")
-                for want in (["live", "beta", "alpha"], ["alpha", "beta", "live"]):
+                for want in (["sick", "live", "beta", "alpha"], ["alpha", "beta", "live", "sick"]):
                     ours.locator("th[data-col='run'] button").click()
                     assert ours.locator("tr.smz-row").evaluate_all("rows => rows.map(r => r.dataset.run)") == want
 
@@ -173,6 +187,9 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 assert panel.locator("polyline.smz-curve").count() == 2
                 assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["alpha", "beta"]
                 assert panel.locator(".smz-bar-row[data-node='encoder']").count() == 2
+                # the panel lists each run's findings: these two healthy runs have none
+                panel.locator(".smz-findings-run[data-run='beta'] .smz-empty").wait_for(timeout=30_000)
+                assert panel.locator(".smz-findings-run .smz-empty").all_text_contents() == ["No finding."] * 2
                 theme(page, "JupyterLab Light", True)
                 shoot(page, "light")
                 theme(page, "JupyterLab Dark", False)

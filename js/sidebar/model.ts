@@ -31,6 +31,17 @@ export interface IRun {
   summarising?: Record<string, IStat>;
   curves?: string[];
   config?: Record<string, unknown> | null;
+  findings?: number | null; // how many somatize.diagnose returns; null until counted
+  counting?: boolean; // the count is being made (again) for the run's newest summary
+  findings_problem?: string;
+}
+
+export interface IFinding {
+  kind: string;
+  node: string | null;
+  first: number;
+  last: number;
+  text: string;
 }
 
 export interface IRunPage {

@@ -1,13 +1,13 @@
 /**
  * The main-area panel for the runs chosen in the sidebar: their curves
  * overlaid with a legend (each series cut to at most 2,000 points by the
- * server, its extremes kept), where the time went per node, and their
- * summaries side by side. Colours are JupyterLab's theme variables.
+ * server, its extremes kept), where the time went per node, their
+ * summaries side by side and their findings (somatize.diagnose). Colours are JupyterLab's theme variables.
  */
 import { Widget } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
 
-import { IChosen, ICurve, INode, IRun, best, configText, duration, number, ticks } from './model';
+import { IChosen, ICurve, IFinding, INode, IRun, best, configText, duration, number, ticks } from './model';
 import { el } from './dom';
 import { requestAPI } from './request';
 
@@ -62,7 +62,8 @@ export class RunsPanel extends Widget {
     this.curves = el('section', 'smz-curves');
     this.spent = el('section', 'smz-spent');
     this.table = el('section', 'smz-summaries');
-    this.node.append(this.curves, this.spent, this.table);
+    this.findings = el('section', 'smz-findings');
+    this.node.append(this.curves, this.spent, this.table, this.findings);
     void this.refresh();
   }
 
@@ -86,6 +87,17 @@ export class RunsPanel extends Widget {
     this.drawCurves(curves);
     this.drawSpent(nodes.map(n => n.nodes));
     this.drawTable();
+    const found = await Promise.all(
+      this.chosen.map(c =>
+        c.row.state === 'damaged'
+          ? null
+          : requestAPI<{ findings: IFinding[] }>(`${base(c)}/findings`).then(
+              r => r.findings,
+              () => null
+            )
+      )
+    );
+    this.drawFindings(found);
     if (this.chosen.some(c => c.row.state === 'running')) {
       this.timer = window.setTimeout(() => void this.refresh(), 2000);
     }
@@ -232,6 +244,32 @@ export class RunsPanel extends Widget {
     this.table.appendChild(wrap);
   }
 
+  private drawFindings(perRun: (IFinding[] | null)[]): void {
+    this.findings.replaceChildren(el('h3', 'smz-h', 'Findings (somatize.diagnose), worst first'));
+    perRun.forEach((found, i) => {
+      const box = el('div', 'smz-findings-run');
+      box.dataset.run = this.chosen[i].row.run;
+      box.appendChild(el('div', 'smz-spent-title', this.chosen[i].row.run));
+      if (found === null) {
+        box.appendChild(el('p', 'smz-empty', 'Could not be diagnosed.'));
+      } else if (!found.length) {
+        box.appendChild(el('p', 'smz-empty', 'No finding.'));
+      } else {
+        const list = el('ul', 'smz-finding-list');
+        for (const f of found) {
+          const where = f.node === null ? 'the loss' : f.node;
+          const item = el('li', 'smz-finding', `${f.kind.replace(/_/g, ' ')} · ${where} · steps ${f.first}–${f.last}`);
+          item.title = f.text;
+          item.dataset.kind = f.kind;
+          list.appendChild(item);
+        }
+        box.appendChild(list);
+      }
+      this.findings.appendChild(box);
+    });
+  }
+
+  private findings: HTMLElement;
   private drawn: (ICurve | null)[] | null = null;
   private curveName: string;
   private picker: HTMLSelectElement;

@@ -1,6 +1,6 @@
 /**
  * The sidebar: every store under the server's root, each with its runs as a
- * table (state, steps, last and best of each summarised fact, configuration,
+ * table (state, steps, count of findings, last and best of each summarised fact, configuration,
  * duration, age) that sorts, filters by name and refreshes by itself while a
  * run is going. Everything read from the server is put in the page as text
  * (textContent, attributes), never as markup: a run or store named
@@ -32,7 +32,25 @@ const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', in
 const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
 
-type SortKey = 'run' | 'state' | 'steps' | 'duration' | 'age' | `fact:${string}`;
+type SortKey = 'run' | 'state' | 'steps' | 'findings' | 'duration' | 'age' | `fact:${string}`;
+
+/** A run's count of findings: a dash for none, an ellipsis while it is being counted. */
+function findingsText(row: IRun): string {
+  if (row.findings === null || row.findings === undefined) {
+    return row.counting ? '…' : '–';
+  }
+  return row.findings === 0 ? '–' : String(row.findings);
+}
+
+function findingsTitle(row: IRun): string {
+  if (row.findings_problem) {
+    return `Could not be diagnosed: ${row.findings_problem}`;
+  }
+  if (row.findings === null || row.findings === undefined) {
+    return row.counting ? 'Being diagnosed' : 'Not diagnosed';
+  }
+  return `${row.findings} finding(s) of somatize.diagnose${row.counting ? ' (being diagnosed again)' : ''}`;
+}
 
 function key(store: IStore, run: string): string {
   return `${store.id}/${run}`;
@@ -106,7 +124,8 @@ export class RunBrowser extends Widget {
       delete this.node.dataset.problem;
     }
     this.render();
-    const running = [...this.rows.values()].some(rs => rs.some(r => r.state === 'running'));
+    // a run going, or a count of findings still being made, is read again soon
+    const running = [...this.rows.values()].some(rs => rs.some(r => r.state === 'running' || r.counting));
     this.timer = window.setTimeout(() => void this.refresh(), running ? POLL_RUNNING_MS : POLL_IDLE_MS);
   }
 
@@ -163,6 +182,8 @@ export class RunBrowser extends Widget {
         return row.state;
       case 'steps':
         return row.steps ?? -1;
+      case 'findings':
+        return row.findings ?? -1;
       case 'duration':
         return row.duration ?? -1;
       case 'age':
@@ -222,6 +243,7 @@ export class RunBrowser extends Widget {
       [null, '', 'select'],
       ['run', 'Run', 'run'],
       ['steps', 'Steps', 'steps'],
+      ['findings', 'Findings', 'findings'],
       ...facts.map(f => [`fact:${f}` as SortKey, f, `fact`] as [SortKey, string, string]),
       ...(hasConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
       ['duration', 'Took', 'duration'],
@@ -300,6 +322,11 @@ export class RunBrowser extends Widget {
     sign.setAttribute('aria-hidden', 'true');
     name.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
+    const found = cell('findings', findingsText(row), findingsTitle(row));
+    found.dataset.count = row.findings === null || row.findings === undefined ? '' : String(row.findings);
+    if (row.findings) {
+      found.classList.add('smz-warn');
+    }
     for (const f of facts) {
       const stat = row.summarising?.[f];
       const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';

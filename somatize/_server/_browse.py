@@ -15,16 +15,25 @@ The rules kept here:
 - **Reads are pure**, through the record layer's readers (``_runs``,
   ``_queries``); a listing reuses a run's row while its ``summary.json`` is
   the same file (same inode, size, time: a flush renames a new one in).
+- **Findings are counted off the request.** A row's ``findings`` (how many
+  ``somatize.diagnose`` returns) costs 5-15 ms a run, too much for a listing
+  of 1,000 (<= 100 ms): a listing only reads the counts known for each run's
+  current ``summary.json`` and hands the others to one background thread per
+  process (``_COUNTER``), which counts them one at a time; such a row shows
+  the last count it had (``None`` before the first) and the listing's tag
+  changes when a count lands, so the next poll picks it up.
 - **Text, not paths, in answers**: a problem names files relative to the
   store, never the absolute path of anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import os
+import queue
 import secrets
 import shutil
 import stat
@@ -47,7 +56,86 @@ SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
 FACTS_PAGE = 10_000  # facts in one answer at most
-_SHAPE = 1  # the shape of a row: part of every listing's tag (bump it when _row changes)
+_SHAPE = 2  # the shape of a row: part of every listing's tag (bump it when _row changes)
+
+
+class _Counter:
+    """Counts findings on one daemon thread, so no request waits for
+    ``diagnose``: ``known(folder, run, key)`` answers ``(count, current,
+    problem)`` from what was counted and queues a count when it is not for
+    ``key`` (the identity of the run's summary.json) yet."""
+
+    def __init__(self):
+        self._counts: dict[tuple, tuple] = {}  # (store folder, run) -> (summary key, count, problem)
+        self._queued: set[tuple] = set()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Condition(self._lock)
+        self._listing = 0  # listings being built now: the thread waits for them (they come first)
+
+    def known(self, folder: str, run: str, key) -> tuple:
+        if key is None:  # no summary.json: nothing to diagnose, nothing to wait for
+            return None, True, None
+        with self._lock:
+            got = self._counts.get((folder, run))
+            if got is not None and got[0] == key:
+                return got[1], True, got[2]
+            job = (folder, run, key)
+            if job not in self._queued:
+                self._queued.add(job)
+                self._queue.put(job)
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._work, name="somatize-findings", daemon=True)
+                    self._thread.start()
+        return (got[1], False, got[2]) if got is not None else (None, False, None)
+
+    def count_now(self, folder: str, run: str, key) -> list:
+        """The findings of a run, counted here and now (the run panel asks)."""
+        from .._diagnose import diagnose
+
+        found = diagnose(folder, run=run)
+        with self._lock:
+            self._counts[(folder, run)] = (key, len(found), None)
+        return found
+
+    @contextlib.contextmanager
+    def listing(self):
+        """A context in which no new count starts: a listing holds it while
+        it is built, so counting never slows a listing by more than the one
+        diagnosis already under way."""
+        with self._idle:
+            self._listing += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._listing -= 1
+                self._idle.notify_all()
+
+    def wait(self) -> None:
+        """Until every queued count has landed (for tests and benches)."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._queued)
+
+    def _work(self):
+        while True:
+            job = self._queue.get()
+            with self._idle:
+                self._idle.wait_for(lambda: not self._listing)
+            folder, run, key = job
+            try:
+                self.count_now(folder, run, key)
+            except Exception as e:  # noqa: BLE001 - a thread that died would leave every later count pending
+                with self._lock:
+                    self._counts[(folder, run)] = (key, None, _relative(str(e), folder)[:300])
+            finally:
+                with self._idle:
+                    self._queued.discard(job)
+                    self._idle.notify_all()
+
+
+_COUNTER = _Counter()
 
 
 class NotFound(SomatizeError, LookupError):
@@ -175,6 +263,10 @@ class Browser:
         a new one in) and the state of each running run (its lock may have
         been dropped by a process that died, with no file changed). A poll
         that sends the tag back is answered without building the page again."""
+        with _COUNTER.listing():
+            return self._runs_tagged(sid, offset, limit, match)
+
+    def _runs_tagged(self, sid, offset, limit, match) -> tuple[dict, str]:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         try:
@@ -186,15 +278,25 @@ class Browser:
             names = [n for n in names if low in n.lower()]
         page = names[offset : offset + limit]
         keys = [_summary_key(root, n) for n in page]
-        rows = self._rows_of(sid, root, page, keys)
+        rows = _counted(root, self._rows_of(sid, root, page, keys), dict(zip(page, keys)))
         end = offset + len(page)
         running = [r["run"] for r in rows if r["state"] == "running"]
-        tag = xxhash.xxh3_128_hexdigest(repr((sid, offset, len(names), page, keys, running, _SHAPE)).encode())
+        counts = [(r.get("findings"), r.get("counting")) for r in rows]
+        tag = xxhash.xxh3_128_hexdigest(repr((sid, offset, len(names), page, keys, running, counts, _SHAPE)).encode())
         return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        return self._rows_of(sid, root, [run], [_summary_key(root, run)])[0]
+        key = _summary_key(root, run)
+        return _counted(root, self._rows_of(sid, root, [run], [key]), {run: key})[0]
+
+    def findings(self, sid: str, run: str) -> dict:
+        """The run's findings (``somatize.diagnose``), worst first, diagnosed
+        now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
+        root, _ = self.run_folder(sid, run)
+        found = _COUNTER.count_now(root, run, _summary_key(root, run))
+        return {"run": run, "findings": [
+            {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
 
     def _rows_of(self, sid, root, names, keys) -> list[dict]:
         keys = dict(zip(names, keys))
@@ -314,6 +416,23 @@ def _summary_key(root, run):
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _counted(root: str, rows: list[dict], keys: dict) -> list[dict]:
+    """Copies of ``rows`` with ``findings`` (the count, or None while not
+    counted yet) and ``counting`` (True while that count is not for the
+    current summary.json); a count that failed says why in ``findings_problem``."""
+    out = []
+    for row in rows:
+        if row["state"] == "damaged":
+            out.append(row)
+            continue
+        count, current, problem = _COUNTER.known(root, row["run"], keys.get(row["run"]))
+        row = {**row, "findings": count, "counting": not current}
+        if problem:
+            row["findings_problem"] = problem
+        out.append(row)
+    return out
 
 
 def _relative(text: str, root: str) -> str:

@@ -128,6 +128,13 @@ class NodesHandler(_Handler):
         await self._answer(lambda: {"run": run, "nodes": self.browser.nodes(sid, run)})
 
 
+class FindingsHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def get(self, sid, run):
+        await self._answer(lambda: self.browser.findings(sid, run))
+
+
 class FactsHandler(_Handler):
     @web.authenticated
     @authorized
@@ -143,6 +150,7 @@ ROUTES = [
     (rf"somatize/stores/{_ID}/runs/{_ID}/curve", CurveHandler),
     (rf"somatize/stores/{_ID}/runs/{_ID}/nodes", NodesHandler),
     (rf"somatize/stores/{_ID}/runs/{_ID}/facts", FactsHandler),
+    (rf"somatize/stores/{_ID}/runs/{_ID}/findings", FindingsHandler),
 ]
 
 
