@@ -2,31 +2,19 @@
 diagnosis cells, which use only the store, say what its text promises."""
 
 import functools
-import sys
 from pathlib import Path
 
 import nbformat
-from jupyter_client.kernelspec import KernelSpec
-from nbclient import NotebookClient
+from nbexec import execute
 
 from pictures import parse, text_of
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "05-diagnosis.ipynb"
 
 
-def execute(nb):
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.km = client.kernel_manager_class(kernel_name="python3")
-    client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                                        display_name="test", language="python")
-    client.execute()
-    return nb
-
-
 @functools.lru_cache(maxsize=1)
 def executed():
-    nb = execute(nbformat.read(NOTEBOOK, as_version=4))
+    nb = execute(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent)
     by_tag = {tag: cell.outputs for cell in nb.cells for tag in cell.metadata.get("tags", [])}
     return nb, by_tag
 

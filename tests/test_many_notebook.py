@@ -2,12 +2,10 @@
 real Dask cluster, and what its tagged cells show is what it says."""
 
 import re
-import sys
 from pathlib import Path
 
 import nbformat
-from jupyter_client.kernelspec import KernelSpec
-from nbclient import NotebookClient
+from nbexec import execute
 
 from pictures import svg_markup
 
@@ -15,13 +13,7 @@ NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "04-many-runs.ipynb"
 
 
 def executed():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.km = client.kernel_manager_class(kernel_name="python3")
-    client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                                        display_name="test", language="python")
-    client.execute()
+    nb = execute(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent)
     return nb, {tag: cell.outputs for cell in nb.cells for tag in cell.metadata.get("tags", [])}
 
 

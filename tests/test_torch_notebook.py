@@ -4,12 +4,10 @@ its tagged cells print is what the library promises."""
 import ast
 import functools
 import re
-import sys
 from pathlib import Path
 
 import nbformat
-from jupyter_client.kernelspec import KernelSpec
-from nbclient import NotebookClient
+from nbexec import execute
 
 from pictures import SVG, curve, parse, stats, svg_markup
 
@@ -18,14 +16,7 @@ NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
 
 @functools.lru_cache(maxsize=1)  # one run of the notebook serves every test here
 def executed():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    # run the kernel on this interpreter, whatever kernelspecs the machine has
-    client.km = client.kernel_manager_class(kernel_name="python3")
-    client.km._kernel_spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                                        display_name="test", language="python")
-    client.execute()
+    nb = execute(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent)
     by_tag = {}
     for cell in nb.cells:
         for tag in cell.metadata.get("tags", []):
