@@ -75,3 +75,15 @@ def running_lab(root, tmp_path, server_extension=True):
             server.kill()
             server.wait()
         log.close()
+
+
+def accept_kernel_dialog(page):
+    """A "Select Kernel" dialog may come up once the page settles: accept it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    accept = page.locator(".jp-Dialog button.jp-mod-accept")
+    try:
+        accept.first.wait_for(timeout=20_000)
+        accept.first.click()
+    except PlaywrightTimeout:
+        pass

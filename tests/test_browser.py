@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, running_lab
 
 COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
 
@@ -72,7 +72,6 @@ def browser():
 
 
 def open_notebook(browser, lab, path, width=1400):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     # Tall enough that each panel fits whole in the window for its screenshot.
     page = browser.new_page(viewport={"width": width, "height": 1800})
@@ -80,13 +79,7 @@ def open_notebook(browser, lab, path, width=1400):
     page.wait_for_selector(".jp-Notebook", timeout=90_000)
     # JupyterLab's toasts (the news question) would sit on top of the screenshots.
     page.add_style_tag(content=".Toastify { display: none !important; }")
-    # A "Select Kernel" dialog may come up once the page settles: accept it.
-    accept = page.locator(".jp-Dialog button.jp-mod-accept")
-    try:
-        accept.first.wait_for(timeout=20_000)
-        accept.first.click()
-    except PlaywrightTimeout:
-        pass
+    accept_kernel_dialog(page)
     return page
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, running_lab
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -83,18 +83,6 @@ def open_sidebar(page, url):
     page.add_style_tag(content=".Toastify { display: none !important; }")
     page.locator(".lm-TabBar-tab[data-id='somatize-sidebar']").click()
     page.locator("#somatize-sidebar").wait_for(timeout=30_000)
-
-
-def accept_kernel_dialog(page):
-    """A "Select Kernel" dialog may come up once the page settles: accept it."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    accept = page.locator(".jp-Dialog button.jp-mod-accept")
-    try:
-        accept.first.wait_for(timeout=20_000)
-        accept.first.click()
-    except PlaywrightTimeout:
-        pass
 
 
 def theme(page, name, light):
