@@ -127,12 +127,17 @@ def _one_buffer(buffers, what):
     return buffers[0]
 
 
-class _Bytes:
-    name = "bytes"
-    types = (bytes, bytearray, memoryview)
+class _BuiltIn:
+    """What the codecs that ship with somatize share: found by type, not by
+    name alone, and a damaged value raises rather than decoding to garbage."""
+
     explicit = False
     raises_on_damage = True
 
+
+class _Bytes(_BuiltIn):
+    name = "bytes"
+    types = (bytes, bytearray, memoryview)
     def encode(self, value):
         return {}, [value]
 
@@ -165,12 +170,9 @@ def _dtype_of(meta, what):
     return _plain_dtype(meta["dtype"])
 
 
-class _NumpyArray:
+class _NumpyArray(_BuiltIn):
     name = "numpy"
     types = (np.ndarray,)
-    explicit = False
-    raises_on_damage = True
-
     def encode(self, value):
         if value.dtype.hasobject:
             raise SomatizeTypeError(
@@ -199,12 +201,9 @@ class _NumpyArray:
         return a.reshape(shape)
 
 
-class _NumpyScalar:
+class _NumpyScalar(_BuiltIn):
     name = "numpy-scalar"
     types = (np.generic,)
-    explicit = False
-    raises_on_damage = True
-
     def encode(self, value):
         a = np.asarray(value)
         if a.dtype.hasobject:
@@ -213,12 +212,13 @@ class _NumpyScalar:
 
     def decode(self, meta, buffers):
         dtype = _dtype_of(meta, "a scalar")
-        if len(buffers) != 1 or len(buffers[0]) != dtype.itemsize:
+        buffer = _one_buffer(buffers, "a scalar")
+        if len(buffer) != dtype.itemsize:
             raise SomatizeValueError(
-                f"a {dtype} scalar in the store holds {sum(len(b) for b in buffers)} bytes, not "
-                f"{dtype.itemsize}; it was not written by somatize or is damaged: run `somatize check`"
+                f"a {dtype} scalar in the store holds {len(buffer)} bytes, not {dtype.itemsize}; "
+                "it was not written by somatize or is damaged: run `somatize check`"
             )
-        return np.frombuffer(buffers[0], dtype=dtype)[0]
+        return np.frombuffer(buffer, dtype=dtype)[0]
 
 
 register_codec(_Bytes())

@@ -113,33 +113,24 @@ class RunHandler(_Handler):
         await self._answer(lambda: self.browser.delete(sid, run))
 
 
-class CurveHandler(_Handler):
-    @web.authenticated
-    @authorized
-    async def get(self, sid, run):
-        await self._answer(lambda: self.browser.curve(
-            sid, run, self.get_query_argument("name", "loss")[:300], self._int("points", POINTS, 2, POINTS)))
+def _run_view(answer):
+    """A GET-only handler for one view of a run: ``answer(handler, sid, run)``
+    builds the JSON (it may read the query through the handler)."""
+
+    class _RunView(_Handler):
+        @web.authenticated
+        @authorized
+        async def get(self, sid, run):
+            await self._answer(lambda: answer(self, sid, run))
+
+    return _RunView
 
 
-class NodesHandler(_Handler):
-    @web.authenticated
-    @authorized
-    async def get(self, sid, run):
-        await self._answer(lambda: {"run": run, "nodes": self.browser.nodes(sid, run)})
-
-
-class FindingsHandler(_Handler):
-    @web.authenticated
-    @authorized
-    async def get(self, sid, run):
-        await self._answer(lambda: self.browser.findings(sid, run))
-
-
-class FactsHandler(_Handler):
-    @web.authenticated
-    @authorized
-    async def get(self, sid, run):
-        await self._answer(lambda: self.browser.facts(sid, run, self._int("forward", 0)))
+CurveHandler = _run_view(lambda h, sid, run: h.browser.curve(
+    sid, run, h.get_query_argument("name", "loss")[:300], h._int("points", POINTS, 2, POINTS)))
+NodesHandler = _run_view(lambda h, sid, run: {"run": run, "nodes": h.browser.nodes(sid, run)})
+FindingsHandler = _run_view(lambda h, sid, run: h.browser.findings(sid, run))
+FactsHandler = _run_view(lambda h, sid, run: h.browser.facts(sid, run, h._int("forward", 0)))
 
 
 _ID = r"([^/]+)"

@@ -72,9 +72,16 @@ def write_temp_direct(folder, parts, mode=0o644):
         fd = os.open(path, flags, mode)
     except OSError:
         return None
+    # fsync: the size set by ftruncate, and the file's own metadata
+    return _filled(path, fd, lambda: _write_direct(fd, parts))
+
+
+def _filled(path, fd, write):
+    """Run ``write`` into the fresh file ``fd`` at ``path`` and make it durable;
+    ``path``. A failure closes and removes the file before it is raised."""
     try:
-        _write_direct(fd, parts)
-        os.fsync(fd)  # the size set by ftruncate, and the file's own metadata
+        write()
+        os.fsync(fd)
     except BaseException:
         os.close(fd)
         unlink(path)
@@ -122,15 +129,7 @@ def _pwrite_all(fd, view, offset):
 def write_temp(folder, parts, mode=0o644):
     """A temp file in ``folder`` holding ``parts``, on disk; its path."""
     tmp, fd = new_temp(folder, mode)
-    try:
-        write_all(fd, parts)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        unlink(tmp)
-        raise
-    os.close(fd)
-    return tmp
+    return _filled(tmp, fd, lambda: write_all(fd, parts))
 
 
 def replace(tmp, path):
