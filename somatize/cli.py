@@ -165,13 +165,22 @@ def check_report(path) -> tuple[str, bool]:
     return "\n".join(out), not problems
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line, as `somatize --help` shows it (docs/API.md renders it too)."""
+    out = argparse.ArgumentParser(prog="somatize", description="Look at a somatize store.")
+    sub = out.add_subparsers(dest="command", required=True)
+    sub.add_parser("runs", help="list the runs of a store with their summaries and state",
+                   description="List the runs of a store: state, forwards, steps, summaries, configuration."
+                   ).add_argument("store", help="the store's folder")
+    sub.add_parser("check", help="verify every object and every run's record",
+                   description="Re-hash every object and read every record of a store; exit 1 naming "
+                   "what is damaged. Reports, never raises.").add_argument("store", help="the store's folder")
+    return out
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="somatize", description="Look at a somatize store.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("runs", help="list the runs of a store with their summaries and state").add_argument("store")
-    sub.add_parser("check", help="verify every object and every run's record").add_argument("store")
     try:
-        args = parser.parse_args(argv)
+        args = parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     try:

@@ -110,6 +110,7 @@ class Graph:
         return [s.node for s in self._steps]
 
     def node(self, name):
+        """The node named ``name``; a SomatizeKeyError lists the names there are."""
         try:
             return self._by_name[name]
         except KeyError:

@@ -40,6 +40,9 @@ class Node(_Expr):
     _sz_weights = None  # (digest, still) once somatize.torch.freeze ran
 
     def named(self, name):
+        """Name this node (letters, digits, ``_``, ``-``, ``.``); returns the node,
+        so it chains: ``Body().named("body") >> Head()``. Names are unique in a
+        graph; the record's facts and ``nodes()`` rows go by them."""
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise SomatizeValueError(
                 f"{name!r} cannot name a node: use letters, digits, '_', '-' or '.', "
@@ -61,6 +64,8 @@ class Node(_Expr):
 
     @property
     def name(self):
+        """The node's name: given by ``.named()``; else, once a graph is built,
+        its class name in snake case (``_2``, ``_3`` … for the same class again)."""
         return self._sz_name
 
     @name.setter
@@ -69,10 +74,12 @@ class Node(_Expr):
 
     @property
     def is_frozen(self):
+        """Whether ``.frozen()`` was called."""
         return self._sz_frozen
 
     @property
     def is_cached(self):
+        """Whether ``.cached()`` was called."""
         return self._sz_cached
 
     def __repr__(self):

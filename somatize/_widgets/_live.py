@@ -190,6 +190,7 @@ class Live:
             self._poke()
 
     def forward_began(self):
+        """Called as a forward begins; the first one starts the panel's clock."""
         if self._state != "running":
             self._start()
 

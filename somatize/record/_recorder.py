@@ -175,6 +175,8 @@ class Recorder:
         self._pending.append(fact)  # after a failed flush, _pending refuses (_Stopped)
 
     def forward_began(self):
+        """Called by the engine (and the Trainer) as a forward begins: the facts
+        that follow belong to the next forward number."""
         if self._closed:
             self._raise_if_unusable()
         self._pending.append(None)  # a marker: the flush numbers forwards

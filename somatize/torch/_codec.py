@@ -73,10 +73,13 @@ class TensorCodec:
     raises_on_damage = True  # decode refuses only what it did not write
 
     def encode(self, t):
+        """``(meta, [bytes])`` of a tensor: its dtype and shape, and its raw bytes."""
         b = raw_bytes(t)
         return {"dtype": _NAMES[t.dtype], "shape": list(t.shape)}, [b]
 
     def decode(self, meta, buffers):
+        """A writable tensor from what ``encode`` wrote; anything else is refused
+        with a SomatizeValueError, never decoded to garbage."""
         try:
             dtype = DTYPES[meta["dtype"]]
             shape = [int(n) for n in meta["shape"]]
@@ -109,6 +112,7 @@ class TensorCodec:
         return out.view(dtype).reshape(shape)
 
     def as_data(self, t):
+        """What ``Data(t)`` sends: the tensor cut from its autograd graph."""
         return t.detach()
 
     def __repr__(self):

@@ -1,0 +1,60 @@
+"""docs/API.md, the API reference, has an entry for every public name and is
+what scripts/apidoc.py renders from today's docstrings (issue 13)."""
+
+import importlib.util
+import inspect
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("apidoc", ROOT / "scripts" / "apidoc.py")
+apidoc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(apidoc)
+
+PUBLIC = [(name, obj) for modname in apidoc.MODULES
+          for name, obj, _ in apidoc.public_names(importlib.import_module(modname))]
+
+
+def headings():
+    return set(re.findall(r"^#{3,4} `([\w.]+)`$", apidoc.PAGE.read_text(), re.M))
+
+
+def test_every_public_name_of_every_public_module_has_an_entry():
+    missing = sorted({name for name, _ in PUBLIC} - headings())
+    assert not missing, f"docs/API.md has no entry for {missing}: run `.venv/bin/python scripts/apidoc.py`"
+
+
+def test_the_reference_has_no_entry_for_a_name_that_is_not_public():
+    stale = sorted(headings() - {name for name, _ in PUBLIC})
+    assert not stale, f"docs/API.md documents {stale}, which are not public names"
+
+
+@pytest.mark.parametrize("name,obj", PUBLIC, ids=[n for n, _ in PUBLIC])
+def test_every_public_name_says_what_it_does(name, obj):
+    assert apidoc.doc_of(obj).strip(), f"{name} has no docstring, so its API entry says nothing"
+
+
+def test_the_page_is_what_the_docstrings_render_today():
+    assert apidoc.PAGE.read_text() == apidoc.render(), (
+        "docs/API.md is not current: run `.venv/bin/python scripts/apidoc.py` and commit it")
+
+
+def test_signatures_show_no_self_and_no_memory_addresses():
+    text = apidoc.PAGE.read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)\n```", text, re.S))
+    assert "(self" not in code and " at 0x" not in code
+    # a method's entry shows how a user calls it
+    assert "#### `somatize.Store.keep`\n\n```python\nkeep(" in text
+    assert inspect.signature(importlib.import_module("somatize").Store.keep).parameters.keys() >= {"self"}
+
+
+def test_the_command_line_reference_is_the_parser_itself(capsys):
+    from somatize import cli
+
+    with pytest.raises(SystemExit):
+        cli.parser().parse_args(["runs", "--help"])
+    shown = capsys.readouterr().out
+    assert "somatize runs" in shown and "store" in shown
+    assert "usage: somatize check" in apidoc.PAGE.read_text()
