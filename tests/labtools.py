@@ -14,10 +14,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
+README_PICTURES = ROOT / "docs" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOKEN = "somatize-browser-test"
+
+
+def for_readme(shot, name):
+    """Copy the screenshot ``shot`` to docs/screenshots/``name``, the picture the
+    README shows: every run of the browser tests takes it again, so it shows
+    the panels as they are."""
+    README_PICTURES.mkdir(parents=True, exist_ok=True)
+    (README_PICTURES / name).write_bytes(Path(shot).read_bytes())
 
 
 def free_port():

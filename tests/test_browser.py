@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
 
 COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
 
@@ -267,6 +267,8 @@ def test_panels_in_jupyterlab_at_two_widths_in_both_themes(lab, browser):
                 panel.evaluate("e => e.scrollIntoView({block: 'start'})")
                 check_texts(panel, f"{name} at {where}")
                 panel.screenshot(path=ARTIFACTS / f"{name}-{width}-{theme}.png")
+                if name in ("live", "spent-on-graph") and (width, theme) == (1400, "light"):
+                    for_readme(ARTIFACTS / f"{name}-{width}-{theme}.png", f"{name}.png")
             if theme == "dark":  # every colour from the theme: ticks are the theme's text colour, not orange
                 tick = progress.locator("text.tick").first.evaluate("t => getComputedStyle(t).fill")
                 probe = page.evaluate("(() => { const d = document.createElement('div');"

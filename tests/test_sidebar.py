@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -97,6 +97,8 @@ def shoot(page, name):
         page.set_viewport_size({"width": width, "height": 900})
         page.wait_for_timeout(300)  # a frame for the layout to follow; the picture is for a person
         page.screenshot(path=SIDEBAR_SHOTS / f"{name}-{width}.png")
+        if (name, width) == ("light", 1400):
+            for_readme(SIDEBAR_SHOTS / f"{name}-{width}.png", "run-browser.png")
 
 
 def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
