@@ -46,9 +46,8 @@ import xxhash
 
 from .._base.errors import SomatizeError
 from .._store import files
-from .._store.names import MARKER, RUN_NAME
+from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
-from .._store.names import run_names_in
 from ..record import _runs
 from ..record._check import check_run
 
