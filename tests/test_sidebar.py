@@ -46,6 +46,8 @@ LAYOUT_JS = r"""() => {
     outside,
     sideways: [...side.querySelectorAll('.smz-table-wrap')].filter(w => w.scrollWidth > w.clientWidth).length,
     columns: [...section.querySelectorAll('th')].filter(shown).map(th => th.dataset.col),
+    cutHeaders: [...section.querySelectorAll('th .smz-sort')].filter(b => shown(b) && b.scrollWidth > b.clientWidth)
+      .map(b => b.textContent),
     findings: [...section.querySelectorAll('td[data-col="findings"]')].filter(shown).length,
     signs: [...section.querySelectorAll('tr.smz-row .smz-state')].filter(shown).length,
     rows: section.querySelectorAll('tr.smz-row').length,
@@ -140,7 +142,7 @@ def assert_fits_the_panel(page, width):
     page.wait_for_function(f"() => ({LAYOUT_JS})().outside.length === 0", timeout=30_000)
     got = page.evaluate(LAYOUT_JS)
     assert got["outside"] == [] and got["sideways"] == 0, got
-    assert {"run", "steps", "findings"} <= set(got["columns"]), got
+    assert {"run", "steps", "findings"} <= set(got["columns"]) and got["cutHeaders"] == [], got
     assert got["findings"] == got["rows"] == got["signs"] == 4, got
     assert got["long"]["cut"] and got["long"]["overflow"] == "ellipsis", got
     assert got["long"]["height"] < 2 * got["long"]["font"], got  # one line, not wrapped
@@ -241,6 +243,26 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 theme(page, "JupyterLab Dark", False)
                 shoot(page, "dark")
                 page.set_viewport_size({"width": 1400, "height": 900})
+
+                # the panel dragged wide: the table unfolds, every column shown, still inside
+                handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").first
+                at = handle.bounding_box()
+                page.mouse.move(at["x"] + at["width"] / 2, at["y"] + at["height"] / 2)
+                page.mouse.down()
+                page.mouse.move(at["x"] + 700, at["y"] + at["height"] / 2, steps=5)
+                page.mouse.up()
+                page.wait_for_selector("#somatize-sidebar[data-layout='wide']", timeout=30_000)
+                got = page.evaluate(LAYOUT_JS)
+                assert got["outside"] == [] and got["sideways"] == 0 and got["width"] > 600, got
+                assert {"run", "steps", "findings", "fact", "duration", "age"} <= set(got["columns"]), got
+                assert not side.locator("tr.smz-row[data-run='alpha'] .smz-details").is_visible()
+                page.screenshot(path=SIDEBAR_SHOTS / "wide-dark-1400.png")
+                back = handle.bounding_box()  # and back where it was, for the notebook's toolbar
+                page.mouse.move(back["x"] + back["width"] / 2, back["y"] + back["height"] / 2)
+                page.mouse.down()
+                page.mouse.move(at["x"] + at["width"] / 2, at["y"] + at["height"] / 2, steps=5)
+                page.mouse.up()
+                page.wait_for_selector("#somatize-sidebar[data-layout='narrow']", timeout=30_000)
 
                 # delete one run after confirming; the others stay
                 side.locator("tr.smz-row[data-run='beta']").click()
