@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import pytest
 from jupyter_server.auth import Authorizer
+from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, Store
@@ -182,26 +183,10 @@ async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetc
 
 # ---- a listing's tag: an unchanged poll is cheap, a changed listing is never a 304 -------
 
-# Records the steps asked on stdin, flushes, and says how many it has: the
-# test moves the run on, no clock involved.
-STEPPER = r"""
-import sys
-from somatize import Recorder
-r = Recorder(sys.argv[1], run="live")
-step = 0
-for line in sys.stdin:
-    for _ in range(int(line)):
-        r.forward_began()
-        r({"fact": "loss", "value": 1.0 / (step + 1)})
-        step += 1
-    r.flush()
-    print(step, flush=True)
-r.close()
-"""
 
 
 def stepper(store):
-    child = subprocess.Popen([sys.executable, "-c", STEPPER, str(store)], stdin=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, str(store)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     step(child, 3)
     return child

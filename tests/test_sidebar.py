@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, LIVE_CHILD, ROOT, TOKEN, accept_kernel_dialog, running_lab
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -55,24 +55,6 @@ LAYOUT_JS = r"""() => {
            height: long.getBoundingClientRect().height, font: parseFloat(getComputedStyle(long).fontSize)},
   };
 }"""
-# Records one step (a forward and its loss) per unit asked on stdin, flushes,
-# and says how many steps it has: the test moves the run on, no clock involved.
-LIVE_CHILD = r"""
-import sys
-from somatize import Recorder
-r = Recorder(sys.argv[1], run="live")
-step = 0
-for line in sys.stdin:
-    for _ in range(int(line)):
-        r.forward_began()
-        r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
-        r({"fact": "finished", "took_us": 50})
-        r({"fact": "loss", "value": 2.0 / (step + 1)})
-        step += 1
-    r.flush()
-    print(step, flush=True)
-r.close()
-"""
 
 
 def record_run(store, run, losses):
