@@ -1,6 +1,7 @@
 """What the real-browser tests share: Debian's Chromium and its flags, and a
 real `jupyter lab` started for a test (with this checkout's lab extension and,
-unless told otherwise, its server extension)."""
+unless told otherwise, its server extension); with the server's route tests,
+a run another process records step by step (``LIVE_CHILD``)."""
 
 import contextlib
 import json
@@ -19,6 +20,26 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TOKEN = "somatize-browser-test"
+
+# A run another process records (`live` in the store argv[1]): one step (a
+# forward and its loss) per unit asked on stdin, then a flush, and it says how
+# many steps it has: a test moves the run on, no clock involved.
+LIVE_CHILD = r"""
+import sys
+from somatize import Recorder
+r = Recorder(sys.argv[1], run="live")
+step = 0
+for line in sys.stdin:
+    for _ in range(int(line)):
+        r.forward_began()
+        r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
+        r({"fact": "finished", "took_us": 50})
+        r({"fact": "loss", "value": 2.0 / (step + 1)})
+        step += 1
+    r.flush()
+    print(step, flush=True)
+r.close()
+"""
 
 
 def for_readme(shot, name):

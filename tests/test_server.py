@@ -12,6 +12,8 @@ such a path while the battery runs, and none may happen.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,10 +23,11 @@ import numpy as np
 import orjson
 import pytest
 from jupyter_server.auth import Authorizer
+from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, Store
-from somatize._server._browse import store_id
+from somatize._server._browse import _COUNTER, store_id
 from somatize._server._handlers import ROUTES
 from somatize.record import curve
 
@@ -35,11 +38,14 @@ GUARD_S = 60  # a guard against a hang, not a measurement
 
 # ---- the audit hook: installed once, recording only while a battery runs ------------
 _WATCHING: list | None = None
+_OPENED: list | None = None  # every file opened, while a test wants to know
 _OUTSIDE: list[str] = []
 WATCHED = {"open", "os.listdir", "os.scandir", "os.remove", "os.rmdir", "os.rename"}
 
 
 def _hook(event, args):
+    if _OPENED is not None and event == "open" and args and isinstance(args[0], (str, bytes)):
+        _OPENED.append(os.fsdecode(args[0]))
     if _WATCHING is None or event not in WATCHED or not args:
         return
     path = args[0]
@@ -173,6 +179,141 @@ async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetc
     record(Store(layout["store"]), "gamma", [1.0])
     again = await jp_fetch("somatize", "stores", sid, "runs", headers={"If-None-Match": etag})
     assert again.code == 200 and "gamma" in again.body.decode()
+
+
+# ---- a listing's tag: an unchanged poll is cheap, a changed listing is never a 304 -------
+
+
+
+def stepper(store):
+    child = subprocess.Popen([sys.executable, "-c", LIVE_CHILD, str(store)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    step(child, 3)
+    return child
+
+
+def step(child, n):
+    child.stdin.write(f"{n}\n")
+    child.stdin.flush()
+    return int(child.stdout.readline())
+
+
+async def settled_tag(jp_fetch, sid):
+    """The listing's tag once every count of findings it asked for has landed."""
+    await jp_fetch("somatize", "stores", sid, "runs")
+    _COUNTER.wait()
+    return (await jp_fetch("somatize", "stores", sid, "runs")).headers["Etag"]
+
+
+async def poll(jp_fetch, sid, etag):
+    """The rows a poll sending ``etag`` gets: None for a 304."""
+    try:
+        r = await jp_fetch("somatize", "stores", sid, "runs", headers={"If-None-Match": etag})
+    except HTTPClientError as e:
+        assert e.code == 304
+        return None
+    return {row["run"]: row for row in orjson.loads(r.body)["runs"]}
+
+
+async def test_an_unchanged_poll_reads_no_summary_even_while_a_run_is_going(jp_fetch, layout):
+    """The 304 is made from one stat per run and the rows kept: no summary
+    is read, not even the running run's (its lock is asked instead)."""
+    global _OPENED
+    child = stepper(layout["store"])
+    try:
+        sid = await the_store(jp_fetch)
+        etag = await settled_tag(jp_fetch, sid)
+        _OPENED = []
+        try:
+            got = await poll(jp_fetch, sid, etag)
+            opened = list(_OPENED)
+        finally:
+            _OPENED = None
+        assert got is None
+        assert not [p for p in opened if p.endswith("summary.json")], opened
+        assert any(p.endswith(os.path.join("live", "lock")) for p in opened)  # still running? asked, not assumed
+    finally:
+        child.communicate("", timeout=GUARD_S)
+
+
+async def test_a_running_runs_steps_rising_and_its_process_dying_each_change_the_tag(jp_fetch, layout):
+    child = stepper(layout["store"])
+    try:
+        sid = await the_store(jp_fetch)
+        etag = await settled_tag(jp_fetch, sid)
+        assert step(child, 5) == 8
+        rows = await poll(jp_fetch, sid, etag)
+        assert rows is not None and rows["live"]["steps"] == 8 and rows["live"]["state"] == "running"
+        etag = await settled_tag(jp_fetch, sid)
+        assert await poll(jp_fetch, sid, etag) is None
+        child.send_signal(signal.SIGKILL)  # its lock goes with it; no file changes
+        child.wait(GUARD_S)
+        rows = await poll(jp_fetch, sid, etag)
+        assert rows is not None and rows["live"]["state"] == "interrupted"
+    finally:
+        child.kill()
+        child.communicate(timeout=GUARD_S)
+
+
+async def test_a_run_deleted_by_the_route_or_from_outside_changes_the_tag(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    etag = await settled_tag(jp_fetch, sid)
+    await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")
+    rows = await poll(jp_fetch, sid, etag)
+    assert rows is not None and sorted(rows) == ["beta", "broken"]
+    etag = await settled_tag(jp_fetch, sid)
+    shutil.rmtree(layout["store"] / "runs" / "beta")
+    rows = await poll(jp_fetch, sid, etag)
+    assert rows is not None and sorted(rows) == ["broken"]
+
+
+async def test_a_run_damaged_in_place_changes_the_tag(jp_fetch, layout):
+    """Cut short where it lies (same file, fewer bytes), as a torn copy leaves it."""
+    sid = await the_store(jp_fetch)
+    etag = await settled_tag(jp_fetch, sid)
+    summary = layout["store"] / "runs" / "alpha" / "summary.json"
+    with open(summary, "r+b") as f:
+        f.truncate(summary.stat().st_size // 2)
+    rows = await poll(jp_fetch, sid, etag)
+    assert rows is not None and rows["alpha"]["state"] == "damaged" and "summary.json" in rows["alpha"]["problem"]
+
+
+async def test_a_run_whose_facts_come_before_its_summary_changes_the_tag(jp_fetch, layout):
+    """A run folder with nothing in it is not listed; once it holds facts and
+    still no summary.json it lists as damaged, and a poll must see that
+    although no summary.json changed."""
+    (layout["store"] / "runs" / "early").mkdir()
+    sid = await the_store(jp_fetch)
+    etag = await settled_tag(jp_fetch, sid)
+    assert await poll(jp_fetch, sid, etag) is None
+    (layout["store"] / "runs" / "early" / "facts.log").write_bytes(b"\0" * 64)
+    rows = await poll(jp_fetch, sid, etag)
+    assert rows is not None and rows["early"]["state"] == "damaged" and "no summary.json" in rows["early"]["problem"]
+
+
+async def test_a_run_that_is_gone_leaves_no_count_of_findings_behind(jp_fetch, layout):
+    """Deleted through the route, removed from outside, or deleted while its
+    count waits in the queue: the count (or its job) goes with the run."""
+    folder = os.path.realpath(layout["store"])
+    sid = await the_store(jp_fetch)
+    await settled_tag(jp_fetch, sid)
+    assert {"alpha", "beta"} <= _COUNTER.counted(folder)
+    await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")
+    assert "alpha" not in _COUNTER.counted(folder)
+    shutil.rmtree(layout["store"] / "runs" / "beta")
+    await get(jp_fetch, "stores", sid, "runs")
+    assert "beta" not in _COUNTER.counted(folder)
+    record(Store(layout["store"]), "gamma", [1.0])
+    record(Store(layout["store"]), "delta", [1.0])
+    with _COUNTER.listing():  # no count starts while it is held: gamma's and delta's wait in the queue
+        await get(jp_fetch, "stores", sid, "runs")
+        await jp_fetch("somatize", "stores", sid, "runs", "gamma", method="DELETE")
+        shutil.rmtree(layout["store"] / "runs" / "delta")
+    _COUNTER.wait()
+    assert not {"alpha", "beta", "gamma", "delta"} & _COUNTER.counted(folder)
+    shutil.rmtree(layout["store"])  # the whole store
+    await get(jp_fetch, "stores")
+    assert _COUNTER.counted(folder) == set()
 
 
 async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch, layout):

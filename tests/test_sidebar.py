@@ -5,8 +5,10 @@ Its sidebar lists a store's runs, a run being recorded by another process
 counts its steps up without a reload, two runs overlay as two curves, "Insert
 code" puts a cell in the notebook that runs, Delete removes one run after the
 confirmation and leaves the others, the table moves with the keyboard, and a
-store named like markup stays text. Screenshots, light and dark, 1400 and 800
-px wide, go to test-artifacts/sidebar/. Without its server extension the
+store named like markup stays text. At JupyterLab's default width of the left
+panel (at 1400 and 800 px) the table fits it: name, state, steps and findings
+shown, nothing outside the panel, a long name ellipsized. Screenshots, light
+and dark, 1400 and 800 px wide, go to test-artifacts/sidebar/. Without its server extension the
 sidebar names the command that enables it.
 """
 
@@ -17,30 +19,42 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, LIVE_CHILD, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
 
 # ---- the run browser --------------------------------------------------------------------
 
 SIDEBAR_SHOTS = ARTIFACTS / "sidebar"
 HOSTILE_NAME = "<img src=x onerror=alert(1)>"
-# Records one step (a forward and its loss) per unit asked on stdin, flushes,
-# and says how many steps it has: the test moves the run on, no clock involved.
-LIVE_CHILD = r"""
-import sys
-from somatize import Recorder
-r = Recorder(sys.argv[1], run="live")
-step = 0
-for line in sys.stdin:
-    for _ in range(int(line)):
-        r.forward_began()
-        r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
-        r({"fact": "finished", "took_us": 50})
-        r({"fact": "loss", "value": 2.0 / (step + 1)})
-        step += 1
-    r.flush()
-    print(step, flush=True)
-r.close()
-"""
+LONG_NAME = "a-run-whose-name-is-far-too-long-for-the-sidebar-at-the-default-width"
+# Where each shown column's header and cells lie, against the sidebar's box.
+LAYOUT_JS = r"""() => {
+  const side = document.querySelector('#somatize-sidebar');
+  const box = side.getBoundingClientRect();
+  const shown = e => getComputedStyle(e).display !== 'none' && e.getBoundingClientRect().width > 0;
+  const outside = [];
+  for (const cell of side.querySelectorAll('table.smz-table th, table.smz-table td, .smz-details')) {
+    const r = cell.getBoundingClientRect();
+    if (shown(cell) && (r.left < box.left - 0.5 || r.right > box.right + 0.5)) {
+      outside.push(`${cell.tagName} ${cell.dataset.col ?? cell.className} ${r.left}-${r.right}`);
+    }
+  }
+  const section = side.querySelector("section:has(tr[data-run='alpha'])");
+  const long = side.querySelector('tr[data-run^="a-run-whose"] .smz-name-line');
+  return {
+    width: box.width,
+    layout: side.dataset.layout,
+    outside,
+    sideways: [...side.querySelectorAll('.smz-table-wrap')].filter(w => w.scrollWidth > w.clientWidth).length,
+    columns: [...section.querySelectorAll('th')].filter(shown).map(th => th.dataset.col),
+    cutHeaders: [...section.querySelectorAll('th .smz-sort')].filter(b => shown(b) && b.scrollWidth > b.clientWidth)
+      .map(b => b.textContent),
+    findings: [...section.querySelectorAll('td[data-col="findings"]')].filter(shown).length,
+    signs: [...section.querySelectorAll('tr.smz-row .smz-state')].filter(shown).length,
+    rows: section.querySelectorAll('tr.smz-row').length,
+    long: {cut: long.scrollWidth > long.clientWidth, overflow: getComputedStyle(long).textOverflow,
+           height: long.getBoundingClientRect().height, font: parseFloat(getComputedStyle(long).fontSize)},
+  };
+}"""
 
 
 def record_run(store, run, losses):
@@ -70,6 +84,7 @@ def runs_root(tmp_path):
     record_run(store, "beta", 2.8 * np.exp(-steps / 150) + 0.35 + 0.05 * np.cos(steps / 5))
     record_run(store, "sick", [1.0] * 5 + [50.0] * 20)  # its loss diverged: one finding
     record_run(Store(root / HOSTILE_NAME), "inert", [1.0, 0.5])
+    record_run(Store(root / "long-names"), LONG_NAME, [1.0, 0.5])
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(nbformat.v4.new_markdown_cell("Runs, from the sidebar"))
@@ -101,6 +116,23 @@ def shoot(page, name):
             for_readme(SIDEBAR_SHOTS / f"{name}-{width}.png", "run-browser.png")
 
 
+def assert_fits_the_panel(page, width):
+    """At the panel's default width for a window ``width`` px wide: every
+    shown header and cell inside the sidebar, no table scrolling sideways,
+    name (with its state), steps and findings shown, a long name cut with
+    an ellipsis on one line."""
+    page.set_viewport_size({"width": width, "height": 900})
+    # the sidebar folds on the resize; wait (a guard, not a measurement) for the cells to lie inside
+    page.wait_for_function(f"() => ({LAYOUT_JS})().outside.length === 0", timeout=30_000)
+    got = page.evaluate(LAYOUT_JS)
+    assert got["outside"] == [] and got["sideways"] == 0, got
+    assert {"run", "steps", "findings"} <= set(got["columns"]) and got["cutHeaders"] == [], got
+    assert got["findings"] == got["rows"] == got["signs"] == 4, got
+    assert got["long"]["cut"] and got["long"]["overflow"] == "ellipsis", got
+    assert got["long"]["height"] < 2 * got["long"]["font"], got  # one line, not wrapped
+    return got
+
+
 def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -126,6 +158,16 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 # the store named like markup is shown as its name, as text
                 assert HOSTILE_NAME in side.locator("h3.smz-store-name").all_text_contents()
                 assert side.locator("img").count() == 0
+
+                # at the panel's default width the table fits it, folded
+                side.locator(f"tr.smz-row[data-run='{LONG_NAME}']").wait_for(timeout=30_000)
+                for width in (1400, 800):
+                    got = assert_fits_the_panel(page, width)
+                    assert got["layout"] == "narrow", got  # the whole table is wider than either
+                page.set_viewport_size({"width": 1400, "height": 900})
+                details = side.locator("tr.smz-row[data-run='alpha'] .smz-details")
+                assert "loss" in details.text_content() and details.is_visible()
+                assert "loss" in side.locator("tr.smz-row[data-run='alpha'] td[data-col='run']").get_attribute("title")
 
                 # a running run counts up without a reload
                 steps = side.locator("tr.smz-row[data-run='live'] td[data-col='steps']")
@@ -185,6 +227,26 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 theme(page, "JupyterLab Dark", False)
                 shoot(page, "dark")
                 page.set_viewport_size({"width": 1400, "height": 900})
+
+                # the panel dragged wide: the table unfolds, every column shown, still inside
+                handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").first
+                at = handle.bounding_box()
+                page.mouse.move(at["x"] + at["width"] / 2, at["y"] + at["height"] / 2)
+                page.mouse.down()
+                page.mouse.move(at["x"] + 700, at["y"] + at["height"] / 2, steps=5)
+                page.mouse.up()
+                page.wait_for_selector("#somatize-sidebar[data-layout='wide']", timeout=30_000)
+                got = page.evaluate(LAYOUT_JS)
+                assert got["outside"] == [] and got["sideways"] == 0 and got["width"] > 600, got
+                assert {"run", "steps", "findings", "fact", "duration", "age"} <= set(got["columns"]), got
+                assert not side.locator("tr.smz-row[data-run='alpha'] .smz-details").is_visible()
+                page.screenshot(path=SIDEBAR_SHOTS / "wide-dark-1400.png")
+                back = handle.bounding_box()  # and back where it was, for the notebook's toolbar
+                page.mouse.move(back["x"] + back["width"] / 2, back["y"] + back["height"] / 2)
+                page.mouse.down()
+                page.mouse.move(at["x"] + at["width"] / 2, at["y"] + at["height"] / 2, steps=5)
+                page.mouse.up()
+                page.wait_for_selector("#somatize-sidebar[data-layout='narrow']", timeout=30_000)
 
                 # delete one run after confirming; the others stay
                 side.locator("tr.smz-row[data-run='beta']").click()

@@ -5,6 +5,11 @@
  * run is going. Everything read from the server is put in the page as text
  * (textContent, attributes), never as markup: a run or store named
  * `<img onerror=…>` stays a name.
+ *
+ * Where the whole table does not fit the sidebar's width (JupyterLab's
+ * default left panel is 250-400 px), it folds: name (with its state), steps
+ * and findings stay as columns, the others become a details line under the
+ * name (and its tooltip), every cell ellipsized; nothing scrolls sideways.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -56,6 +61,26 @@ function key(store: IStore, run: string): string {
   return `${store.id}/${run}`;
 }
 
+/** What the folded columns say of a run, one part each: facts, config, duration, age. */
+function details(row: IRun, facts: string[], now: number): string[] {
+  if (row.state === 'damaged') {
+    return [row.problem ?? 'damaged'];
+  }
+  const out: string[] = [];
+  for (const f of facts) {
+    const stat = row.summarising?.[f];
+    if (stat) {
+      out.push(`${f} ${number(stat.last, 3)} / ${number(best(f, stat), 3)}`);
+    }
+  }
+  const config = configText(row.config);
+  if (config) {
+    out.push(config);
+  }
+  out.push(`took ${duration(row.duration)}`, `updated ${age(row.updated, now)}`);
+  return out;
+}
+
 export class RunBrowser extends Widget {
   constructor(private actions: ISidebarActions) {
     super();
@@ -94,6 +119,8 @@ export class RunBrowser extends Widget {
     this.body = el('div', 'smz-stores');
     this.node.appendChild(this.body);
     this.updateButtons();
+    this.resizer = new ResizeObserver(() => this.fold());
+    this.resizer.observe(this.node);
   }
 
   /** Read the stores and their runs again; schedules the next read. */
@@ -131,7 +158,24 @@ export class RunBrowser extends Widget {
 
   dispose(): void {
     window.clearTimeout(this.timer);
+    this.resizer.disconnect();
     super.dispose();
+  }
+
+  /**
+   * Fold the tables (class `smz-narrow`, `data-layout="narrow"`) when one
+   * of them is wider than the sidebar, unfold them when they all fit. Both
+   * are tried in the same task, so no frame shows the wrong one.
+   */
+  private fold(): void {
+    if (!this.node.isConnected || this.body.clientWidth === 0) {
+      return; // hidden: measured again when shown
+    }
+    this.node.classList.remove('smz-narrow');
+    const wraps = [...this.body.querySelectorAll<HTMLElement>('.smz-table-wrap')];
+    const narrow = wraps.some(w => w.scrollWidth > w.clientWidth);
+    this.node.classList.toggle('smz-narrow', narrow);
+    this.node.dataset.layout = narrow ? 'narrow' : 'wide';
   }
 
   /** The selected runs, in the order they show. */
@@ -226,6 +270,7 @@ export class RunBrowser extends Widget {
       section.appendChild(this.table(store, rows, facts, hasConfig, now));
       this.body.appendChild(section);
     }
+    this.fold();
     if (focused) {
       const again = this.body.querySelector<HTMLElement>(`tr[data-key="${CSS.escape(focused)}"]`);
       again?.focus();
@@ -316,11 +361,23 @@ export class RunBrowser extends Widget {
     first.appendChild(box);
     tr.appendChild(first);
     // the state is a sign of its own shape and colour before the name, and
-    // its word for screen readers and the tooltip (the sidebar is narrow)
-    const name = cell('run', '', row.state === 'damaged' ? [row.problem, ...(row.check ?? [])].join('\n') : `${row.run}: ${row.state}`);
+    // its word for screen readers and the tooltip (the sidebar is narrow);
+    // under it, the details line the narrow layout shows for its hidden columns
+    const folded = details(row, facts, now);
+    const name = cell(
+      'run',
+      '',
+      row.state === 'damaged'
+        ? [`${row.run}: damaged`, row.problem, ...(row.check ?? [])].join('\n')
+        : [`${row.run}: ${row.state}`, ...folded].join('\n')
+    );
     const sign = el('span', 'smz-state', STATE_SIGN[row.state] ?? '?');
     sign.setAttribute('aria-hidden', 'true');
-    name.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
+    const line = el('div', 'smz-name-line');
+    line.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
+    const more = el('div', 'smz-details', folded.join(' · '));
+    more.setAttribute('aria-hidden', 'true'); // the same words are in the row's other cells
+    name.append(line, more);
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
     const found = cell('findings', findingsText(row), findingsTitle(row));
     found.dataset.count = row.findings === null || row.findings === undefined ? '' : String(row.findings);
@@ -412,4 +469,5 @@ export class RunBrowser extends Widget {
   private sortBy: SortKey = 'run';
   private sortDir = 1;
   private timer = 0;
+  private resizer: ResizeObserver;
 }

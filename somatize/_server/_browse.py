@@ -41,11 +41,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import orjson
 import xxhash
 
 from .._base.errors import SomatizeError
 from .._store import files
-from .._store.names import MARKER, RUN_NAME
+from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
 from ..record import _runs
 from ..record._check import check_run
@@ -56,17 +57,23 @@ SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
 FACTS_PAGE = 10_000  # facts in one answer at most
-_SHAPE = 2  # the shape of a row: part of every listing's tag (bump it when _row changes)
+_SHAPE = 3  # the shape of a row: part of every listing's tag (bump it when _row changes)
 
 
 class _Counter:
     """Counts findings on one daemon thread, so no request waits for
     ``diagnose``: ``known(folder, run, key)`` answers ``(count, current,
     problem)`` from what was counted and queues a count when it is not for
-    ``key`` (the identity of the run's summary.json) yet."""
+    ``key`` (the identity of the run's summary.json) yet. ``generation(folder)``
+    changes whenever a count of that store lands or is forgotten: a listing's
+    tag holds it instead of every row's count. A run that is gone is
+    ``forget``-ten: its count, and any count of it still queued."""
 
     def __init__(self):
-        self._counts: dict[tuple, tuple] = {}  # (store folder, run) -> (summary key, count, problem)
+        self._counts: dict[str, dict[str, tuple]] = {}  # store folder -> run -> (summary key, count, problem)
+        self._generations: dict[str, int] = {}
+        # a tag made in another process (a server restarted) never matches one of this process
+        self._epoch = secrets.token_hex(8)
         self._queued: set[tuple] = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -78,7 +85,7 @@ class _Counter:
         if key is None:  # no summary.json: nothing to diagnose, nothing to wait for
             return None, True, None
         with self._lock:
-            got = self._counts.get((folder, run))
+            got = self._counts.get(folder, {}).get(run)
             if got is not None and got[0] == key:
                 return got[1], True, got[2]
             job = (folder, run, key)
@@ -96,8 +103,48 @@ class _Counter:
 
         found = diagnose(folder, run=run)
         with self._lock:
-            self._counts[(folder, run)] = (key, len(found), None)
+            self._land(folder, run, (key, len(found), None))
         return found
+
+    def generation(self, folder: str) -> tuple:
+        return self._epoch, self._generations.get(folder, 0)
+
+    def counted(self, folder: str) -> set[str]:
+        """The runs of the store at ``folder`` that have a count (landed)."""
+        with self._lock:
+            return set(self._counts.get(folder, ()))
+
+    def forget(self, folder: str, keep=None, runs=None) -> None:
+        """Drop the counts of the store at ``folder``: of ``runs`` (and their
+        counts still queued), or of its runs not in ``keep``, or all. (A
+        queued count of a run gone by other means does not land: ``_work``
+        looks for the run's folder.)"""
+        with self._idle:
+            counts = self._counts.get(folder, {})
+            gone = counts.keys() & runs if runs is not None else counts.keys() - (keep or ())
+            for run in gone:
+                del counts[run]
+            if not counts:
+                self._counts.pop(folder, None)
+            dropped = set()
+            if runs is not None or keep is None:
+                dropped = {j for j in self._queued if j[0] == folder and (runs is None or j[1] in runs)}
+                self._queued -= dropped
+            if gone or dropped:
+                self._generations[folder] = self._generations.get(folder, 0) + 1
+                self._idle.notify_all()
+
+    def forget_stores(self, root: str, keep: set[str]) -> None:
+        """``forget`` every store under ``root`` whose folder is not in ``keep``."""
+        with self._lock:
+            folders = {f for f in self._counts if f == root or f.startswith(root + os.sep)}
+            folders |= {j[0] for j in self._queued if j[0] == root or j[0].startswith(root + os.sep)}
+        for folder in folders - keep:
+            self.forget(folder)
+
+    def _land(self, folder, run, value):  # with the lock held
+        self._counts.setdefault(folder, {})[run] = value
+        self._generations[folder] = self._generations.get(folder, 0) + 1
 
     @contextlib.contextmanager
     def listing(self):
@@ -119,20 +166,25 @@ class _Counter:
             self._idle.wait_for(lambda: not self._queued)
 
     def _work(self):
+        from .._diagnose import diagnose
+
         while True:
             job = self._queue.get()
             with self._idle:
                 self._idle.wait_for(lambda: not self._listing)
+                if job not in self._queued:  # forgotten: its run is gone
+                    continue
             folder, run, key = job
             try:
-                self.count_now(folder, run, key)
+                value = (key, len(diagnose(folder, run=run)), None)
             except Exception as e:  # noqa: BLE001 - a thread that died would leave every later count pending
-                with self._lock:
-                    self._counts[(folder, run)] = (key, None, _relative(str(e), folder)[:300])
-            finally:
-                with self._idle:
-                    self._queued.discard(job)
-                    self._idle.notify_all()
+                value = (key, None, _relative(str(e), folder)[:300])
+            with self._idle:
+                # not forgotten while it was being counted, nor gone by other means
+                if job in self._queued and os.path.isdir(os.path.join(folder, "runs", run)):
+                    self._land(folder, run, value)
+                self._queued.discard(job)
+                self._idle.notify_all()
 
 
 _COUNTER = _Counter()
@@ -199,15 +251,13 @@ class Browser:
     def __init__(self, root):
         self.root = os.path.realpath(os.fspath(root))
         self._stores: dict[str, str] = {}
-        self._rows: dict[tuple, tuple] = {}  # (store id, run) -> (summary file key, row)
+        self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
         self._lock = threading.Lock()
 
     # ---- stores ----------------------------------------------------------------
 
     def stores(self) -> list[dict]:
-        found = find_stores(self.root)
-        with self._lock:
-            self._stores = found
+        found = self._found(find_stores(self.root))
         out = []
         for sid, rel in sorted(found.items(), key=lambda kv: kv[1]):
             names = listed_runs(self._folder(rel))
@@ -217,6 +267,16 @@ class Browser:
     def _folder(self, rel: str) -> str:
         return self.root if rel == "." else os.path.join(self.root, rel)
 
+    def _found(self, found: dict[str, str]) -> dict[str, str]:
+        """Take ``found`` as the stores there are: what was kept of a store
+        no longer found (rows, counts of findings) is dropped."""
+        with self._lock:
+            self._stores = found
+            for sid in self._rows.keys() - found.keys():
+                del self._rows[sid]
+        _COUNTER.forget_stores(self.root, {self._folder(rel) for rel in found.values()})
+        return found
+
     def store(self, sid: str) -> str:
         """The folder of store ``sid``; a store made since the last walk is
         found by walking again. NotFound when there is none (any more), or when
@@ -224,10 +284,7 @@ class Browser:
         with self._lock:
             rel = self._stores.get(sid)
         if rel is None:
-            found = find_stores(self.root)
-            with self._lock:
-                self._stores = found
-            rel = found.get(sid)
+            rel = self._found(find_stores(self.root)).get(sid)
         if rel is None:
             raise NotFound(f"no store {sid!r} under the server's root: list them again (GET /somatize/stores)")
         folder = self._folder(rel)
@@ -257,44 +314,78 @@ class Browser:
         page, or None)."""
         return self.runs_tagged(sid, offset, limit, match)[0]
 
-    def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "") -> tuple[dict, str]:
+    def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "",
+                    unless=()) -> tuple[dict | None, str]:
         """``runs(...)`` and a tag that changes whenever the page would: the
         names on it, the identity of each one's summary file (a flush renames
-        a new one in) and the state of each running run (its lock may have
-        been dropped by a process that died, with no file changed). A poll
-        that sends the tag back is answered without building the page again."""
+        a new one in), the state of each running run (its lock may have been
+        dropped by a process that died, with no file changed) and the
+        store's generation of counts of findings. When the tag is one of
+        ``unless`` (the tags a poll sent back) the answer is ``(None, tag)``,
+        made from one stat per run and the rows kept: no page is built."""
         with _COUNTER.listing():
-            return self._runs_tagged(sid, offset, limit, match)
+            return self._runs_tagged(sid, offset, limit, match, unless)
 
-    def _runs_tagged(self, sid, offset, limit, match) -> tuple[dict, str]:
+    def _runs_tagged(self, sid, offset, limit, match, unless) -> tuple[dict | None, str]:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
-        try:
-            names = listed_runs(root)
-        except OSError:
-            names = []
-        if match:
-            low = match.lower()
-            names = [n for n in names if low in n.lower()]
-        page = names[offset : offset + limit]
-        keys = [_summary_key(root, n) for n in page]
+        counts = _COUNTER.generation(root)  # before the rows: a count landing after it changes the next tag
+        every, names, page, keys = _page_of(root, offset, limit, match)
+        if unless:
+            running = self._unchanged(sid, root, page, keys)
+            if running is not None:
+                tag = _tag(sid, offset, len(names), page, keys, running, counts)
+                if tag in unless:
+                    return None, tag
+        self._prune(sid, root, every)
         rows = _counted(root, self._rows_of(sid, root, page, keys), dict(zip(page, keys)))
+        # what may change with no summary.json changed: a running run's state, a run with none
+        loose = {n for n, k in zip(page, keys) if k is None}
+        running = [(r["run"], r["state"]) for r in rows if r["state"] == "running" or r["run"] in loose]
+        tag = _tag(sid, offset, len(names), page, keys, running, counts)
         end = offset + len(page)
-        running = [r["run"] for r in rows if r["state"] == "running"]
-        counts = [(r.get("findings"), r.get("counting")) for r in rows]
-        tag = xxhash.xxh3_128_hexdigest(repr((sid, offset, len(names), page, keys, running, counts, _SHAPE)).encode())
         return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
+
+    def _unchanged(self, sid, root, page, keys) -> list | None:
+        """The ``(run, "running")`` of the page's running runs, when every
+        row of the page is kept for its summary.json and each running run
+        still runs; None when the page must be built to know."""
+        with self._lock:
+            kept = self._rows.get(sid, {})
+            running = []
+            for n, k in zip(page, keys):
+                got = kept.get(n)
+                if k is None or got is None or got[0] != k:
+                    return None
+                if got[1]["state"] == "running":
+                    running.append((n, "running"))
+        for n, _ in running:
+            folder = os.path.join(root, "runs", n)
+            # a Recorder of this process first: probing its lock would drop it
+            if _runs.live_recorder(folder) is None and not _runs.holder_alive(folder):
+                return None
+        return running
+
+    def _prune(self, sid, root, names) -> None:
+        """Drop what is kept of the runs of ``sid`` not in ``names`` (deleted,
+        by us or by anyone): their rows, their counts of findings."""
+        names = set(names)
+        with self._lock:
+            kept = self._rows.get(sid, {})
+            for n in kept.keys() - names:
+                del kept[n]
+        _COUNTER.forget(root, keep=names)
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        key = _summary_key(root, run)
+        key = _key_of(root, run)
         return _counted(root, self._rows_of(sid, root, [run], [key]), {run: key})[0]
 
     def findings(self, sid: str, run: str) -> dict:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed
         now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
         root, _ = self.run_folder(sid, run)
-        found = _COUNTER.count_now(root, run, _summary_key(root, run))
+        found = _COUNTER.count_now(root, run, _key_of(root, run))
         return {"run": run, "findings": [
             {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
 
@@ -303,8 +394,9 @@ class Browser:
         rows: dict[str, dict] = {}
         missing = []
         with self._lock:
+            kept = self._rows.get(sid, {})
             for n in names:
-                cached = self._rows.get((sid, n))
+                cached = kept.get(n)
                 same = cached is not None and keys[n] is not None and cached[0] == keys[n]
                 if same and cached[1]["state"] != "running":  # a running run's state needs its lock asked
                     rows[n] = cached[1]
@@ -315,7 +407,7 @@ class Browser:
                 row = _row(root, s)
                 rows[row["run"]] = row
                 with self._lock:
-                    self._rows[(sid, row["run"])] = (keys.get(row["run"]), row)
+                    self._rows.setdefault(sid, {})[row["run"]] = (keys.get(row["run"]), row)
         return [rows[n] for n in names if n in rows]
 
     # ---- one run ---------------------------------------------------------------
@@ -387,7 +479,8 @@ class Browser:
         finally:
             os.close(runs_fd)
         with self._lock:
-            self._rows.pop((sid, run), None)
+            self._rows.get(sid, {}).pop(run, None)
+        _COUNTER.forget(root, runs={run})
 
 
 def _hold_lock(run_fd: int, run: str) -> int:
@@ -410,12 +503,55 @@ def _hold_lock(run_fd: int, run: str) -> int:
     return fd
 
 
-def _summary_key(root, run):
+@contextlib.contextmanager
+def _runs_dir(root):
+    """A descriptor of the store's ``runs/`` (not followed if a link), or
+    None where there is none; the runs are reached through it, so each stat
+    walks two names, not the whole path."""
     try:
-        st = os.lstat(os.path.join(root, "runs", run, _runs.SUMMARY))
+        fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # none yet, or not a folder of this store
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
+    """The store's runs (all, those matching, those of the page) and the
+    ``_summary_key`` of each run of the page."""
+    with _runs_dir(root) as fd:
+        if fd is None:
+            return [], [], [], []
+        every = run_names_in(fd)
+        names = every
+        if match:
+            low = match.lower()
+            names = [n for n in every if low in n.lower()]
+        page = names[offset : offset + limit]
+        return every, names, page, [_summary_key(fd, n) for n in page]
+
+
+def _key_of(root, run):
+    with _runs_dir(root) as fd:
+        return None if fd is None else _summary_key(fd, run)
+
+
+def _summary_key(runs_fd: int, run: str):
+    """The identity of a run's summary.json (None when it has none), which
+    a flush changes (it renames a new one in)."""
+    try:
+        st = os.stat(f"{run}/{_runs.SUMMARY}", dir_fd=runs_fd, follow_symlinks=False)
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _tag(sid, offset, total, page, keys, running, counts) -> str:
+    # orjson, not repr: a tenth of the cost for a page of 1,000 (names, ints)
+    return xxhash.xxh3_128_hexdigest(orjson.dumps((sid, offset, total, page, keys, running, counts, _SHAPE)))
 
 
 def _counted(root: str, rows: list[dict], keys: dict) -> list[dict]:

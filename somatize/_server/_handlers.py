@@ -6,8 +6,8 @@ resource ``somatize`` (reads are "read", DELETE is "write"); DELETE goes
 through jupyter_server's XSRF check (never overridden here). Reads run on a
 small thread pool, never on the event loop. GET answers carry an ETag
 (tornado's, over the body; a listing's is ``Browser.runs_tagged``'s tag,
-known before the body is built) and a poll that sends it back gets 304 with
-no body. An error answers JSON ``{"message": ...}`` with no traceback and no
+known before the body is built, which is then not built) and a poll that
+sends it back gets 304 with no body. An error answers JSON ``{"message": ...}`` with no traceback and no
 absolute path.
 """
 
@@ -30,6 +30,7 @@ from ._browse import PAGE, POINTS, Bad, Browser, Busy, NotFound
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
 _ABSOLUTE = re.compile(r"(?<![\w.~])/[^\s'\"]+")
+_TAGS = re.compile(r'"([^"]*)"')  # the tags of an If-None-Match header (weak or strong)
 
 
 class _Handler(APIHandler):
@@ -56,7 +57,7 @@ class _Handler(APIHandler):
         if tagged:  # (answer, tag): a poll that sends the tag back gets 304, nothing serialised
             result, tag = result
             self.set_header("Etag", f'"{tag}"')
-            if self.check_etag_header():
+            if result is None or self.check_etag_header():  # None: the tag was one the poll sent
                 self.set_status(304)
                 return self.finish()
         if result is None:
@@ -96,9 +97,10 @@ class RunsHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, sid):
+        unless = frozenset(_TAGS.findall(self.request.headers.get("If-None-Match", "")[:4096]))
         await self._answer(lambda: self.browser.runs_tagged(
-            sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200]),
-            tagged=True)
+            sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200],
+            unless), tagged=True)
 
 
 class RunHandler(_Handler):

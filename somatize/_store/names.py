@@ -32,11 +32,16 @@ def run_names(root):
     except OSError:  # none, or not a folder of this store
         return []
     try:
-        with os.scandir(fd) as it:
-            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False)
-                          and RUN_NAME.fullmatch(e.name) and e.name not in (".", ".."))
+        return run_names_in(fd)
     finally:
         os.close(fd)
+
+
+def run_names_in(fd):
+    """``run_names`` of the ``runs/`` folder open as ``fd`` (left open)."""
+    with os.scandir(fd) as it:
+        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False)
+                      and RUN_NAME.fullmatch(e.name) and e.name not in (".", ".."))
 
 
 def name_problem(name):
