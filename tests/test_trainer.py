@@ -33,7 +33,8 @@ def names(seen):
             if f["fact"] not in INSTRUMENT_FACTS and not (f["fact"] == "backward_us" and "node" in f)]
 
 
-SPLIT = [("objective_us", None), ("backward_us", None), ("update_us", None)]  # a step's parts, before trainer_us
+# after a step's loss: when it began, then its parts, before trainer_us
+SPLIT = [("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None)]
 
 
 def test_facts_of_a_step_follow_the_engines_and_are_typed():
@@ -49,7 +50,7 @@ def test_facts_of_a_step_follow_the_engines_and_are_typed():
 def test_instruments_false_records_none_of_them():
     seen = []
     trainer(watching=seen.append, instruments=False).step(batches(1)[0])
-    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 9
+    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 10
 
 
 @pytest.mark.parametrize("micro", [1, 2])
@@ -108,7 +109,7 @@ def test_a_micro_step_is_several_forwards_and_one_loss():
                                                                                         ("trainer_us", None)]
     seen.clear()
     t.step(b[1])
-    assert names(seen)[-6:] == [("updated", None), ("loss", None), *SPLIT, ("trainer_us", None)]
+    assert names(seen)[-7:] == [("updated", None), ("loss", None), *SPLIT, ("trainer_us", None)]
 
 
 def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
@@ -234,7 +235,7 @@ def test_a_batch_of_the_wrong_shape_names_the_node_and_the_record_keeps_what_cam
         t.step(b)
     with pytest.raises(SomatizeError, match="node 'body'"):
         t.step((torch.zeros(64, 7), torch.zeros(64, 1)))
-    assert names(facts(store, run="r", forward=2))[-5:] == [("loss", None), *SPLIT, ("trainer_us", None)]
+    assert names(facts(store, run="r", forward=2))[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)]
     failed = facts(store, run="r", forward=3)
     assert [(f["fact"], f.get("node")) for f in failed] == [("failed", "body")]
 
@@ -258,7 +259,7 @@ def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
     seen.clear()
     with pytest.raises(NonFiniteLoss, match=r"step 3: the loss is nan"):
         t.step((x, y))
-    assert names(seen)[-5:] == [("loss", None), *SPLIT, ("trainer_us", None)] and math.isnan(seen[-5]["value"])
+    assert names(seen)[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)] and math.isnan(seen[-6]["value"])
     now = t.export()
     assert all(torch.equal(now[n][k], weights[n][k]) for n in weights for k in weights[n])
     for i, s in t.optimizer.state_dict()["state"].items():

@@ -23,7 +23,8 @@ step's facts, so it belongs to that step's last forward.
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
 closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
-whole batch of the step, then its parts in µs, ``objective_us`` (the
+whole batch of the step, then ``{"fact": "wall_s", "value": <float>}``, the
+clock (seconds since 1970) when the step began, then its parts in µs, ``objective_us`` (the
 objective, reading the loss included), ``backward_us`` and ``update_us``
 (clip, the optimizer's step, zero_grad; 0 when the step closed no group),
 then on the instruments' recorded steps one ``backward_us`` per node
@@ -49,7 +50,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from time import perf_counter_ns
+from time import perf_counter_ns, time
 
 import torch
 
@@ -140,6 +141,7 @@ class Trainer:
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
         self._plain = self._fast and not self._watched  # nobody reads the times: no clocks
+        self._began_s = 0.0  # the clock when the step began (when watched): its wall_s
         self._split = [0, 0, 0]  # ns of this step in the objective, the backward, the update (when watched)
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
@@ -155,6 +157,7 @@ class Trainer:
         """Forward, loss, backward; an update when the group closes.
         Returns the loss of the whole batch as a float."""
         began = perf_counter_ns()
+        self._began_s = time() if self._watched else 0.0
         x, y = self._pair(batch)
         index = self.steps
         self.steps = index + 1
@@ -410,6 +413,7 @@ class Trainer:
         if updated:
             emit({"fact": "updated"})
         emit({"fact": "loss", "value": value})
+        emit({"fact": "wall_s", "value": self._began_s})
         objective, backward, update = self._split
         emit({"fact": "objective_us", "value": objective // 1000})
         emit({"fact": "backward_us", "value": backward // 1000})
