@@ -90,7 +90,8 @@ def _mantissa(v):
 # The units of a time axis: (seconds in one, name), the largest that the range holds twice.
 TIME_UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"))
 # Round steps between ticks of a clock axis, in seconds.
-CLOCK_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+CLOCK_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+               3600, 7200, 10800, 21600, 43200, 86400)
 
 
 def time_unit(span_s):
