@@ -14,12 +14,16 @@
    Then what a whole run of S steps pays: FIRST steps at the first figure and
    the rest at the later one, over S steps of the Trainer without them.
 
+   The same for the backward clock alone (each node's ``backward_us``, from
+   hooks on the nodes' outputs, on the same sampled steps): two Trainers
+   with instruments on, one with its clock switched off; target <= 1.02.
+
 2. ``somatize.diagnose`` on a 100,000-step run of two nodes recorded on every
    update (the worst case: 16 facts a step, 800,000 instrument points), and
    on the same run recorded as the Trainer samples it; read from disk, median
    of 5.
 
-    .venv/bin/python bench/bench_diagnose.py [--rounds 15] [--blocks 200]
+    .venv/bin/python bench/bench_diagnose.py [--rounds 15] [--blocks 200] [--clock-only]
 """
 
 import argparse
@@ -49,6 +53,34 @@ def pair(store, tag):
     return one(True), one(False)
 
 
+class NoClock:
+    """A backward clock that does nothing: the Trainer with it is the one
+    without per-node backward times."""
+
+    armed = False
+
+    def reset(self):
+        pass
+
+    def output(self, name, t):
+        pass
+
+    def hand_over(self):
+        pass
+
+
+def clock_pair(store, tag):
+    def one(on):
+        g = graph()
+        rec = Recorder(store, run=f"{tag}-{'clock' if on else 'noclock'}", summarising=["loss"])
+        tr = Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), watching=rec)
+        if not on:
+            tr._instruments.clock = tr._clock = NoClock()
+        return tr, rec
+
+    return one(True), one(False)
+
+
 def timed(trainer, batches):
     t = time.perf_counter_ns()
     for b in batches:
@@ -56,7 +88,7 @@ def timed(trainer, batches):
     return time.perf_counter_ns() - t
 
 
-def cost(rounds, blocks):
+def cost(rounds, blocks, pair=pair, what="instruments' cost"):
     torch.set_num_threads(1)
     batches = data(EVERY)
     first = {True: [], False: []}
@@ -85,7 +117,7 @@ def cost(rounds, blocks):
     # a busy machine slows both of a pair alike: the ratio is the median of each pair's
     f_ratio = statistics.median(a / b for a, b in zip(first[True], first[False]))
     l_ratio = statistics.median(a / b for a, b in zip(later[True], later[False]))
-    print(f"instruments' cost, reference model, Adam, batches of 64 (FIRST={FIRST}, EVERY={EVERY}):")
+    print(f"{what}, reference model, Adam, batches of 64 (FIRST={FIRST}, EVERY={EVERY}):")
     print(f"  first {FIRST} updates, every one recorded: {f_on:.1f} vs {f_off:.1f} µs a step, x{f_ratio:.3f}")
     print(f"  later, one update in {EVERY} recorded:     {l_on:.1f} vs {l_off:.1f} µs a step, x{l_ratio:.3f}")
     for steps in (300, 1000, 10_000, 100_000):
@@ -139,9 +171,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--blocks", type=int, default=200)
+    ap.add_argument("--clock-only", action="store_true", help="only the backward clock's cost")
     args = ap.parse_args()
-    cost(args.rounds, args.blocks)
-    diagnosis()
+    if not args.clock_only:
+        cost(args.rounds, args.blocks)
+    cost(args.rounds, args.blocks, clock_pair, "the backward clock's cost (instruments on in both)")
+    if not args.clock_only:
+        diagnosis()
 
 
 if __name__ == "__main__":

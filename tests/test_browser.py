@@ -22,6 +22,8 @@ import nbformat
 import pytest
 from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
 
+from somatize import Graph, Node
+
 COMMITTED = ["01-graphs.ipynb", "02-store-and-record.ipynb", "03-training.ipynb"]
 
 OURS = [
@@ -316,5 +318,108 @@ def test_nbconvert_html_shows_every_picture_with_no_network(browser, tmp_path):
         assert images.count() >= 5
         assert all(images.evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)"))
         page.screenshot(path=ARTIFACTS / "nbconvert-03.png", full_page=True)
+    finally:
+        page.close()
+
+
+class Hop(Node):
+    def forward(self, x, ctx):
+        return (sum(x) if isinstance(x, tuple) else x) + 1
+
+
+def big_graph():
+    """Thirty nodes, eight branches wide and a long tail: larger than a cell both ways."""
+    first = Hop().named("first")
+    branches = [Hop().named(f"branch_{i}_with_a_long_name") >> Hop().named(f"after_{i}") for i in range(8)]
+    expr = first >> branches >> Hop().named("join")
+    for i in range(12):
+        expr = expr >> Hop().named(f"tail_{i:02d}")
+    return Graph.somatize(expr)
+
+
+MOUNT = """async ([source, data]) => {
+  const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
+  const view = (await import(url)).default;
+  const model = {get: () => data, on() {}, off() {}};
+  view.render({model, el: document.getElementById("cell")});
+}"""
+BOXES = """host => { const h = host.getBoundingClientRect();
+  return [...host.querySelectorAll("g.node")].map(g => { const b = g.getBoundingClientRect();
+    return {node: g.dataset.node, left: b.left, top: b.top, width: b.width, height: b.height,
+            inside: b.left >= h.left - 0.5 && b.right <= h.right + 0.5 && b.top >= h.top - 0.5
+                    && b.bottom <= h.bottom + 0.5}; }); }"""
+
+
+def test_the_graph_panel_zooms_fits_and_pans_a_graph_larger_than_its_cell(browser):
+    """graph.js, given the very data Python sends its widget, in a 600 px cell:
+    the zoom buttons and ctrl+wheel scale the node boxes, "fit" shows every
+    node inside the cell (and says so with aria-pressed), a drag pans by what
+    the pointer moved. Read from the rendered boxes; each state screenshotted."""
+    from somatize._widgets._graph import describe, title_of
+
+    g = big_graph()
+    data = {**describe(g), "title": title_of(g)}
+    css = (ROOT / "js" / "widgets" / "panel.css").read_text()
+    page = browser.new_page(viewport={"width": 800, "height": 1000})
+    try:
+        page.set_content(f"<html><head><style>{css}</style></head><body>"
+                         f"<div id='cell' style='width:600px'></div></body></html>")
+        page.evaluate(MOUNT, [(ROOT / "js" / "widgets" / "graph.js").read_text(), data])
+        host = page.locator(".somatize-graph .graph-host")
+        tools = page.locator(".somatize-graph .tools")
+        natural = float(page.locator(".graph-host svg").get_attribute("width"))
+        assert natural > 600  # wider than its cell: a reason to zoom and pan
+
+        def boxes():
+            return {b["node"]: b for b in host.evaluate(BOXES)}
+
+        at_one = boxes()
+        assert len(at_one) == 32 and not all(b["inside"] for b in at_one.values())  # thirty nodes, input, output
+        page.screenshot(path=ARTIFACTS / "graph-zoom-1.png")
+
+        tools.get_by_role("button", name="zoom in").click()
+        tools.get_by_role("button", name="zoom in").click()
+        zoomed = boxes()
+        for name, b in at_one.items():
+            assert zoomed[name]["width"] == pytest.approx(b["width"] * 1.25 ** 2, rel=0.01), name
+        tools.get_by_role("button", name="zoom out").click()
+        assert boxes()["join"]["width"] == pytest.approx(at_one["join"]["width"] * 1.25, rel=0.01)
+
+        # ctrl+wheel zooms as the buttons do; a plain wheel leaves the zoom alone
+        before = boxes()["join"]["width"]
+        host.hover()
+        page.mouse.wheel(0, 100)
+        assert boxes()["join"]["width"] == pytest.approx(before, rel=0.01)
+        page.keyboard.down("Control")
+        page.mouse.wheel(0, -100)
+        page.keyboard.up("Control")
+        assert boxes()["join"]["width"] == pytest.approx(before * 1.1, rel=0.01)
+
+        # pan: a drag moves every box by what the pointer moved (as far as the scroll can go)
+        host.evaluate("h => { h.scrollLeft = 200; h.scrollTop = 200; }")
+        was, scroll = boxes(), host.evaluate("h => [h.scrollLeft, h.scrollTop]")
+        box = host.bounding_box()
+        x, y = box["x"] + 300, box["y"] + 300
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 60, y + 40, steps=4)
+        page.mouse.up()
+        moved = host.evaluate("h => [h.scrollLeft, h.scrollTop]")
+        assert moved == [scroll[0] - 60, scroll[1] - 40]
+        now = boxes()
+        for name in was:
+            assert now[name]["left"] - was[name]["left"] == pytest.approx(60, abs=1)
+            assert now[name]["top"] - was[name]["top"] == pytest.approx(40, abs=1)
+        page.screenshot(path=ARTIFACTS / "graph-zoomed-panned.png")
+
+        fit = tools.get_by_role("button", name="fit the graph to the cell")
+        fit.click()
+        assert fit.get_attribute("aria-pressed") == "true"
+        fitted = boxes()
+        assert all(b["inside"] for b in fitted.values()), [n for n, b in fitted.items() if not b["inside"]]
+        page.screenshot(path=ARTIFACTS / "graph-fit.png")
+        fit.click()  # fit off: back to the zoom it had
+        assert fit.get_attribute("aria-pressed") == "false"
+        assert boxes()["join"]["width"] == pytest.approx(before * 1.1, rel=0.01)
     finally:
         page.close()

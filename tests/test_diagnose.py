@@ -201,7 +201,10 @@ def test_the_instruments_facts_of_a_step_come_after_the_nodes_and_before_updated
     assert said[:5] == [*((k, n) for n in nodes for k in ("ran", "out_zeros")), ("finished", None)]
     update = [s for s in said[5:] if s[0] in INSTRUMENT_FACTS]
     assert update == [(k, n) for n in nodes for k in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
-    assert said[5 + len(update):] == [("updated", None), ("loss", None), ("trainer_us", None)]
+    assert said[5 + len(update):] == [
+        ("updated", None), ("loss", None), ("wall_s", None), ("objective_us", None), ("backward_us", None),
+        ("update_us", None), ("backward_us", "head"), ("backward_us", "body"), ("trainer_us", None),
+    ]  # each node's backward: the gradient reaches head first
 
 
 @pytest.mark.parametrize("name", sorted(INSTRUMENT_FACTS))

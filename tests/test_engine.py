@@ -429,7 +429,8 @@ def test_a_fact_name_that_could_not_name_a_curve_is_refused():
         Graph.somatize(Loud()).forward(1, watching=print)
 
 
-RECORDS_OWN = ["ran", "recalled", "kept", "finished", "failed", "updated", "loss", "trainer_us"]
+RECORDS_OWN = ["ran", "recalled", "kept", "finished", "failed", "updated", "loss", "trainer_us", "wall_s",
+               "objective_us", "backward_us", "update_us"]
 
 
 @pytest.mark.parametrize("name", RECORDS_OWN)

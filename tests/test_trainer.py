@@ -29,7 +29,12 @@ def trainer(g=None, **kw):
 def names(seen):
     """(fact, node) of the engine's and the Trainer's own facts (the
     instruments' are tested in tests/test_diagnose.py)."""
-    return [(f["fact"], f.get("node")) for f in seen if f["fact"] not in INSTRUMENT_FACTS]
+    return [(f["fact"], f.get("node")) for f in seen
+            if f["fact"] not in INSTRUMENT_FACTS and not (f["fact"] == "backward_us" and "node" in f)]
+
+
+# after a step's loss: when it began, then its parts, before trainer_us
+SPLIT = [("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None)]
 
 
 def test_facts_of_a_step_follow_the_engines_and_are_typed():
@@ -37,14 +42,15 @@ def test_facts_of_a_step_follow_the_engines_and_are_typed():
     t = trainer(watching=seen.append)
     value = t.step(batches(1)[0])
     assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
-                           ("trainer_us", None)]
-    assert seen[-2] == {"fact": "loss", "value": value} and isinstance(value, float)
+                           *SPLIT, ("trainer_us", None)]
+    (loss,) = [f for f in seen if f["fact"] == "loss"]
+    assert loss == {"fact": "loss", "value": value} and isinstance(value, float)
 
 
 def test_instruments_false_records_none_of_them():
     seen = []
     trainer(watching=seen.append, instruments=False).step(batches(1)[0])
-    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 6
+    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 10
 
 
 @pytest.mark.parametrize("micro", [1, 2])
@@ -99,11 +105,11 @@ def test_a_micro_step_is_several_forwards_and_one_loss():
     t = trainer(micro=2, every=2, watching=seen.append)
     b = batches(2)
     t.step(b[0])
-    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None),
+    assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None), *SPLIT,
                                                                                         ("trainer_us", None)]
     seen.clear()
     t.step(b[1])
-    assert names(seen)[-3:] == [("updated", None), ("loss", None), ("trainer_us", None)]
+    assert names(seen)[-7:] == [("updated", None), ("loss", None), *SPLIT, ("trainer_us", None)]
 
 
 def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
@@ -113,9 +119,10 @@ def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
     values = [t.step(b) for b in batches(3)]
     # forwards count from 0; with micro=2 step k ends with forward 2k+1
     assert [f for f, _ in names(facts(store, run="r", forward=2))] == ["ran", "ran", "finished"]
-    last = [f for f in facts(store, run="r", forward=5) if f["fact"] not in INSTRUMENT_FACTS]
-    assert [f["fact"] for f in last] == ["ran", "ran", "finished", "updated", "loss", "trainer_us"]
-    assert last[-2]["value"] == values[2]
+    last = names(facts(store, run="r", forward=5))
+    assert last == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None), *SPLIT,
+                    ("trainer_us", None)]
+    assert next(f for f in facts(store, run="r", forward=5) if f["fact"] == "loss")["value"] == values[2]
 
 
 def test_spent_draws_the_trainers_time_from_the_record(tmp_path):
@@ -228,7 +235,7 @@ def test_a_batch_of_the_wrong_shape_names_the_node_and_the_record_keeps_what_cam
         t.step(b)
     with pytest.raises(SomatizeError, match="node 'body'"):
         t.step((torch.zeros(64, 7), torch.zeros(64, 1)))
-    assert [f["fact"] for f in facts(store, run="r", forward=2)][-2:] == ["loss", "trainer_us"]
+    assert names(facts(store, run="r", forward=2))[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)]
     failed = facts(store, run="r", forward=3)
     assert [(f["fact"], f.get("node")) for f in failed] == [("failed", "body")]
 
@@ -252,7 +259,7 @@ def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
     seen.clear()
     with pytest.raises(NonFiniteLoss, match=r"step 3: the loss is nan"):
         t.step((x, y))
-    assert [f["fact"] for f in seen][-2:] == ["loss", "trainer_us"] and math.isnan(seen[-2]["value"])
+    assert names(seen)[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)] and math.isnan(seen[-6]["value"])
     now = t.export()
     assert all(torch.equal(now[n][k], weights[n][k]) for n in weights for k in weights[n])
     for i, s in t.optimizer.state_dict()["state"].items():

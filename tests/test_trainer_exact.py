@@ -215,3 +215,19 @@ def test_a_step_that_raises_midway_drops_the_open_group():
     oracle.update(data[2:])
     assert trainer.updates == 1
     agree(trainer, oracle)
+
+
+@pytest.mark.parametrize("shape", [{}, {"every": 2, "micro": 2}])
+def test_the_backward_clocks_hooks_change_nothing_the_oracle_computes(shape):
+    """Watched, the first updates put a hook on each node's output to time its
+    backward (backward_us per node): the gradients and the updates are still
+    the hand-written loop's, bit for bit in float32 for plain steps."""
+    seen = []
+    groups = ((64, 64),) * 4 if shape else ((64,),) * 8
+    trainer, oracle = run("adam", torch.float32, groups=groups, watching=seen.append, **shape)
+    timed = {f["node"] for f in seen if f["fact"] == "backward_us" and "node" in f}
+    assert timed == {"body", "head"}
+    want = oracle.weights()
+    for node, named in trainer.export().items():
+        for k, t in named.items():
+            close(t, want[node][k], atol=0) if not shape else close(t, want[node][k])

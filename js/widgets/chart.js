@@ -150,7 +150,10 @@ function drawChart(host, data, opts = {}) {
     const step = x0 + ((mx - left) / w) * (x1 - x0);
     const at = nearest(shown[0].pts, step)[0];
     const X = px(at);
-    const lines = [`${data.xlabel} ${label(Math.round(at * 100) / 100)}`];
+    // x as its axis says it: a clock time, a time in the axis's unit, or a step
+    const said = data.xclock ? new Date(at * 1000).toLocaleTimeString()
+      : label(Math.round((at / (data.xdiv || 1)) * 100) / 100);
+    const lines = [`${data.xlabel} ${said}`];
     shown.forEach(({ s, pts }, i) => {
       const p = nearest(pts, at);
       dots[i].setAttribute("cx", px(p[0]));

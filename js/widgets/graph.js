@@ -84,8 +84,13 @@ function render({ model, el }) {
     if (!svg) return;
     const fitted = fit.getAttribute("aria-pressed") === "true";
     host.classList.toggle("fit", fitted);
-    svg.style.width = fitted ? "" : `${Number(svg.getAttribute("width")) * zoom}px`;
-    svg.style.height = fitted ? "" : `${Number(svg.getAttribute("height")) * zoom}px`;
+    const w = Number(svg.getAttribute("width")), h = Number(svg.getAttribute("height"));
+    // fit: the whole graph inside the cell, both ways (the host is at most its max-height tall)
+    const tall = parseFloat(getComputedStyle(host).maxHeight) || h;
+    const k = fitted ? Math.min(1, host.clientWidth / w, tall / h) : zoom;
+    svg.style.maxWidth = "none";  // Python's picture shrinks to its cell (max-width: 100%): a zoom must not
+    svg.style.width = `${w * k}px`;
+    svg.style.height = `${h * k}px`;
   }
   const zoomBy = (k) => { zoom = Math.min(4, Math.max(0.2, zoom * k)); fit.setAttribute("aria-pressed", "false"); scale(); };
   out.addEventListener("click", () => zoomBy(1 / 1.25));
@@ -133,7 +138,10 @@ function render({ model, el }) {
   }
   model.on("change:graph", draw);
   draw();
-  return () => model.off("change:graph", draw);
+  // a fitted graph follows the cell's width
+  const resized = new ResizeObserver(() => { if (fit.getAttribute("aria-pressed") === "true") scale(); });
+  resized.observe(body);
+  return () => { model.off("change:graph", draw); resized.disconnect(); };
 }
 
 export default { render };

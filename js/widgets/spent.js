@@ -17,7 +17,7 @@ function render({ model, el }) {
   said.textContent = "Click a node or a bar for its numbers.";
   el.append(head, body, said);
   body.addEventListener("click", (ev) => {
-    const hit = ev.target.closest("g.node:not(.io), rect.bar, rect.span");
+    const hit = ev.target.closest("g.node:not(.io), rect.bar, rect.part, rect.span");
     const tip = hit && hit.querySelector("title");
     if (!tip) return;
     for (const n of body.querySelectorAll(".selected")) n.classList.remove("selected");

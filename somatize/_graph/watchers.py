@@ -16,7 +16,10 @@ from __future__ import annotations
 from .._base.errors import SomatizeTypeError, WatcherError
 
 ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
-TRAINER_FACTS = ("updated", "loss", "trainer_us")
+# trainer_us is a step's whole time outside its forwards; objective_us, backward_us and update_us are
+# its parts (the rest is the Trainer's bookkeeping). backward_us with a node: that node's part of the backward.
+# wall_s: the clock (time.time()) when a step began, what progress(x="relative" | "wall") draws over.
+TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us")
 # The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",

@@ -87,20 +87,71 @@ def _mantissa(v):
     return round(v / 10.0 ** math.floor(math.log10(v) + 1e-9))
 
 
+# The units of a time axis: (seconds in one, name), the largest that the range holds twice.
+TIME_UNITS = ((3600.0, "h"), (60.0, "min"), (1.0, "s"))
+# Round steps between ticks of a clock axis, in seconds.
+CLOCK_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+               3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def time_unit(span_s):
+    """(seconds in one, name) of the unit a time axis over `span_s` seconds counts in."""
+    return next((u for u in TIME_UNITS if span_s >= 2 * u[0]), TIME_UNITS[-1])
+
+
+def clock_ticks(lo, hi, count=6):
+    """[(t, label)]: round moments of the local clock (t in seconds since
+    1970) inside [lo, hi], at most about `count`, labelled as a clock reads."""
+    import time
+
+    span = max(hi - lo, 1e-9)
+    step = next((s for s in CLOCK_STEPS if span / s <= count), None)
+    if step is None:  # longer than days: whole days
+        step = 86400 * math.ceil(span / count / 86400)
+    offset = time.localtime(lo).tm_gmtoff  # round in local time: 14:00, not 14:00 UTC shifted
+    first = math.ceil((lo + offset) / step - 1e-9) * step - offset
+    fmt = "%H:%M:%S" if step < 60 else "%H:%M"
+    if hi - lo >= 86400:
+        fmt = "%b %d %H:%M"
+    digits = 0 if step >= 1 else 1 if step >= 0.1 else 2  # a fraction of a second, when the steps are
+    out = []
+    for i in range(int((hi - first) / step + 1e-6) + 1):
+        t = round(first + i * step, 6)
+        whole = math.floor(t)
+        label = time.strftime(fmt, time.localtime(whole))
+        if digits:
+            label += f"{t - whole:.{digits}f}"[1:]
+        out.append([t, label])
+    return out
+
+
+def clock_label(lo, hi):
+    """What a clock axis says it shows: the local clock, with its zone and the day."""
+    import time
+
+    here = time.localtime(lo)
+    zone = time.strftime("%Z", here) or "local"
+    return f"clock time, {time.strftime('%Y-%m-%d', here)} ({zone})"
+
+
 def wants_log(ys):
     """Log scale when every value is positive and they span more than two decades."""
     ys = [y for y in ys if y is not None]
     return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 100
 
 
-def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outliers=False, marks=()):
+def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outliers=False, marks=(), x="step"):
     """The chart's data. `series`: [{"name", "color", "points": [(x, y)],
     "band": [(x, lo, hi)] optional}]; `log`: None chooses from the data;
     `window`: (x0, x1) to show part of x (the y range fits what is inside);
     `raw` in a series: its unsmoothed values, drawn faded behind it;
     `outliers`: True leaves the values past the 1st/99th percentile out of
     the y range; `marks`: [{"x", "label"}], vertical lines (a step that went
-    non-finite). Everything the page needs: ranges, ticks, labels, points."""
+    non-finite); `x`: what x counts, "step" (whole numbers), "relative"
+    (seconds since the run began, ticked in s, min or h, the axis saying
+    which) or "wall" (seconds since 1970, ticked as the local clock reads).
+    Everything the page needs: ranges, ticks, labels, points."""
+    kind = x
     pts = [(x, y) for s in series for x, y in s["points"] if y is not None and math.isfinite(y)]
     if log is None:
         log = wants_log([y for _, y in pts])
@@ -119,7 +170,12 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
         ordered = sorted(inside)
         cut = len(ordered) // 100 + 1
         inside = ordered[cut:-cut]
-    out = {"log": bool(log), "xlabel": xlabel, "ylabel": ylabel + (" (log scale)" if log else ""),
+    if kind == "relative":
+        out_unit = time_unit(x1 - min(x0, 0.0))
+        xlabel = f"{xlabel} ({out_unit[1]})"
+    elif kind == "wall":
+        xlabel = clock_label(x0, x1)
+    out = {"log": bool(log), "xlabel": xlabel, "xkind": kind, "ylabel": ylabel + (" (log scale)" if log else ""),
            "x": [x0, x1], "y": None, "xticks": [], "yticks": [], "marks": list(marks),
            "series": [{"name": s["name"], "color": s["color"],
                        "points": [[x, y] for x, y in s["points"] if y is not None and math.isfinite(y)
@@ -137,9 +193,22 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     pad = (y1 - y0) * 0.05
     y0, y1 = y0 - pad, y1 + pad
     out["y"] = [y0, y1]  # in the axis's own space: log10 of the value on a log axis
-    whole = all(float(x).is_integer() for x in xs[:50])
-    xt = ticks(x0, x1, 6, whole=whole)
-    out["xticks"] = [[t, number(t) if abs(t) < 1e6 else tick_label(t)] for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]
+    out["xticks"] = _xticks(x0, x1, xs, kind, out)
     yt = log_ticks(10 ** y0, 10 ** y1) if log else ticks(y0, y1, 5)
     out["yticks"] = [[t, tick_label(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
     return out
+
+
+def _xticks(x0, x1, xs, kind, out):
+    """[[x, label]] of the x axis; a time axis also says how the page labels
+    a moment (`xdiv`: x is divided by it; `xclock`: x is a clock time)."""
+    if kind == "wall":
+        out["xclock"] = True
+        return clock_ticks(x0, x1)
+    if kind == "relative":
+        div, _ = time_unit(x1 - min(x0, 0.0))
+        out["xdiv"] = div
+        return [[t * div, number(t)] for t in ticks(x0 / div, x1 / div, 6) if x0 / div - 1e-9 <= t <= x1 / div + 1e-9]
+    whole = all(float(x).is_integer() for x in xs[:50])
+    xt = ticks(x0, x1, 6, whole=whole)
+    return [[t, number(t) if abs(t) < 1e6 else tick_label(t)] for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]

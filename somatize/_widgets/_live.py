@@ -22,24 +22,29 @@ from . import _chart, _svg
 
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
+X_AXES = ("step", "relative")
 
 
 class Curve:
     """A loss curve of bounded size: buckets of `stride` steps, each keeping
     mean, lowest and highest. When the buckets are full, neighbours merge and
-    the stride doubles, so a 1M-step run costs what a 512-step run does."""
+    the stride doubles, so a 1M-step run costs what a 512-step run does.
+    `timed`: each value comes with its x (seconds), and a bucket is drawn at
+    the mean x of its values instead of its middle step."""
 
-    __slots__ = ("size", "stride", "mean", "lo", "hi", "_n", "_sum", "_lo", "_hi")
+    __slots__ = ("size", "stride", "mean", "lo", "hi", "xs", "timed", "_n", "_sum", "_lo", "_hi", "_xsum")
 
-    def __init__(self, size=CURVE_POINTS):
+    def __init__(self, size=CURVE_POINTS, timed=False):
         self.size = size
         self.stride = 1
-        self.mean, self.lo, self.hi = [], [], []
-        self._n, self._sum, self._lo, self._hi = 0, 0.0, math.inf, -math.inf
+        self.timed = timed
+        self.mean, self.lo, self.hi, self.xs = [], [], [], []
+        self._n, self._sum, self._lo, self._hi, self._xsum = 0, 0.0, math.inf, -math.inf, 0.0
 
-    def add(self, value):
+    def add(self, value, x=0.0):
         self._n += 1
         self._sum += value
+        self._xsum += x
         if value < self._lo:
             self._lo = value
         if value > self._hi:
@@ -51,7 +56,8 @@ class Curve:
         self.mean.append(self._sum / self._n)
         self.lo.append(self._lo)
         self.hi.append(self._hi)
-        self._n, self._sum, self._lo, self._hi = 0, 0.0, math.inf, -math.inf
+        self.xs.append(self._xsum / self._n)
+        self._n, self._sum, self._lo, self._hi, self._xsum = 0, 0.0, math.inf, -math.inf, 0.0
         if len(self.mean) == self.size:
             self._halve()
 
@@ -60,18 +66,22 @@ class Curve:
         self.mean = [(m[i] + m[i + 1]) / 2 for i in range(0, len(m), 2)]
         self.lo = [min(lo[i], lo[i + 1]) for i in range(0, len(lo), 2)]
         self.hi = [max(hi[i], hi[i + 1]) for i in range(0, len(hi), 2)]
+        self.xs = [(self.xs[i] + self.xs[i + 1]) / 2 for i in range(0, len(self.xs), 2)]
         self.stride *= 2
 
     def points(self):
-        """[(step, mean, lo, hi)], steps counted from 0 like forwards, each
-        bucket at its middle step, the open bucket last."""
+        """[(x, mean, lo, hi)], the open bucket last: x is the step, counted
+        from 0 like forwards, each bucket at its middle step; or, timed, the
+        mean x of the bucket's values."""
+        timed = self.timed
         out = [
-            ((i + 0.5) * self.stride - 0.5, _finite(m), _finite(a), _finite(b))
+            (self.xs[i] if timed else (i + 0.5) * self.stride - 0.5, _finite(m), _finite(a), _finite(b))
             for i, (m, a, b) in enumerate(zip(self.mean, self.lo, self.hi))
         ]
         if self._n:
             base = len(self.mean) * self.stride
-            out.append((base + (self._n - 1) / 2, _finite(self._sum / self._n), _finite(self._lo), _finite(self._hi)))
+            x = self._xsum / self._n if timed else base + (self._n - 1) / 2
+            out.append((x, _finite(self._sum / self._n), _finite(self._lo), _finite(self._hi)))
         return out
 
 
@@ -93,6 +103,17 @@ class Points:
 
     def points(self):
         return [(x, _finite(y), None, None) for x, y in zip(self.xs, self.ys)]
+
+
+def _number(v):
+    """A fact's value as a number, or None: a 0-d tensor or a numpy number
+    (what an evaluation outside the Trainer has in hand) reads as its number."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "item"):
+        v = v.item()
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return None
 
 
 def _finite(x):
@@ -124,8 +145,12 @@ class Live:
 
     `total_steps=N` (when known) adds the time to go; `also=["val_loss"]`
     draws those facts' numeric `value` beside the loss, each at the step it
-    came in; `smoothing=0.6` draws a smoothed line over the faded raw one
-    (the panel has a slider for it, and a log-scale toggle).
+    came in (a fact a node says with `ctx.fact("val_loss", value=v)`, or one
+    handed to the watchers directly, as an evaluation outside the Trainer
+    does: a 0-d tensor or numpy number is read as its number); `smoothing=0.6`
+    draws a smoothed line over the faded raw one (the panel has a slider for
+    it, and a log-scale toggle). `x="relative"` draws over the seconds since
+    the run's first forward began (by `clock`) instead of steps.
 
     `clock` and `timer` are for tests: `clock()` gives seconds (default
     `time.monotonic`) and `timer(wait_s, fn)` returns an object with
@@ -134,24 +159,34 @@ class Live:
     passes, so it can count the sends exactly.
     """
 
-    def __init__(self, title="run", *, total_steps=None, also=(), smoothing=0.0, clock=time.monotonic,
+    def __init__(self, title="run", *, total_steps=None, also=(), smoothing=0.0, x="step", clock=time.monotonic,
                  timer=threading.Timer):
+        from somatize._base.errors import SomatizeTypeError, SomatizeValueError
+
         self.title = str(title)
         self.total_steps = total_steps
+        if x not in X_AXES:
+            raise SomatizeValueError(f"Live(x={x!r}): give x='step' or x='relative' (seconds since the run began)")
+        self.x = x
+        self._timed = x == "relative"
         # Other facts drawn beside the loss (a validation loss, an accuracy): each a curve of its
         # numeric `value`, at the step it arrived in.
+        also = [also] if isinstance(also, str) else also  # also="val_loss" is one name, not eight letters
+        if not all(isinstance(name, str) for name in also):
+            raise SomatizeTypeError(f"Live(also={also!r:.80}): give the names of facts, like also=['val_loss']")
         self.also = tuple(also)
         self._also = {name: Points() for name in self.also}
         self.smoothing = float(smoothing)
         self.log = None  # the y axis: None chooses from the data; the panel's toggle sets it
         self.not_finite_at = None  # the first step whose loss was NaN or infinite
+        self._not_finite_x = None  # and its x
         self._clock = clock
         self._new_timer = timer
         self.steps = self.forwards = self.updates = 0
         self.last = None
         self.best = math.inf
         self.error = None
-        self._curve = Curve()
+        self._curve = Curve(timed=self._timed)
         self._state = "waiting"
         self._began = self._ended = None
         # The front end: a view once displayed, and the throttle's state.
@@ -170,24 +205,33 @@ class Live:
             value = fact["value"]
             self.steps += 1
             self.last = value
+            x = self._now() if self._timed else 0.0
             if value < self.best:
                 self.best = value
             elif value != value or value == math.inf:
                 if self.not_finite_at is None:
                     self.not_finite_at = self.steps - 1
-            self._curve.add(value)
+                    self._not_finite_x = x if self._timed else self.steps - 1
+            self._curve.add(value, x)
         elif kind == "finished":
             self.forwards += 1
             self._ended = self._clock()
         elif kind == "updated":
             self.updates += 1
         elif kind in self._also:
-            value = fact.get("value")
-            if isinstance(value, (int, float)):
-                self._also[kind].add(value, max(0, self.steps - 1))
+            value = _number(fact.get("value"))
+            if value is not None:
+                self._also[kind].add(value, self._now() if self._timed else max(0, self.steps - 1))
         self._version += 1
         if self._view is not None and self._timer is None:
             self._poke()
+
+    def _now(self):
+        """Seconds since the run's first forward began (since this fact, when none has)."""
+        now = self._clock()
+        if self._began is None:
+            self._began = now
+        return now - self._began
 
     def forward_began(self):
         """Called as a forward begins; the first one starts the panel's clock."""
@@ -216,7 +260,7 @@ class Live:
         series = [_line("loss", _svg.SERIES[0], curve, self._curve.stride, self.smoothing)]
         series += [_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing)
                    for i, (name, c) in enumerate(self._also.items())]
-        marks = [] if bad is None else [{"x": bad, "label": f"not finite from step {bad:,}"}]
+        marks = [] if bad is None else [{"x": self._not_finite_x, "label": f"not finite from step {bad:,}"}]
         left = None if not (self.total_steps and rate) else max(0, self.total_steps - self.steps) / rate
         return {
             "title": self.title,
@@ -235,7 +279,8 @@ class Live:
             "steps_per_s": round(rate, 2) if rate is not None else None,
             "stride": self._curve.stride,
             "curve": curve,
-            "chart": _chart.chart(series, log=self.log, marks=marks),
+            "chart": _chart.chart(series, log=self.log, marks=marks, x=self.x,
+                                  xlabel="time since the run began" if self._timed else "step"),
         }
 
     # --- the end of a notebook cell decides finished or failed -------------------

@@ -15,6 +15,7 @@ import numpy as np
 from . import _chart, _svg
 
 POINTS = 2000
+XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}
 # Runs coloured by a numeric config value: low to high along viridis (a
 # sequential map that reads in both themes and in grey), by rank.
 RAMP = ["#440154", "#3b528b", "#21918c", "#5ec962", "#b5a000"]
@@ -31,13 +32,39 @@ def thinned(values, steps, points=POINTS):
     return np.add.reduceat(steps, edges[:-1]) / counts, np.add.reduceat(values, edges[:-1]) / counts
 
 
-def finite(curve):
-    """(steps, values) of a curve's finite values. A step is the fact's place
-    in the curve, from 0 like forwards and `Live` (with micro=N a step spans N
-    forwards, so it is not the curve's index)."""
+X_AXES = ("step", "relative", "wall")
+WALL = "wall_s"  # the Trainer's fact: the clock (seconds since 1970) when a step began
+
+
+def finite(curve, xs=None):
+    """(xs, values) of a curve's finite values (and finite xs). By default x
+    is the step: the fact's place in the curve, from 0 like forwards and
+    `Live` (with micro=N a step spans N forwards, so it is not the curve's
+    index)."""
     values = curve.to_numpy(dtype=np.float64)
-    keep = np.isfinite(values)
-    return np.arange(len(values), dtype=np.float64)[keep], values[keep]
+    if xs is None:
+        xs = np.arange(len(values), dtype=np.float64)
+    keep = np.isfinite(values) & np.isfinite(xs)
+    return xs[keep], values[keep]
+
+
+def clock_of(store, run, c):
+    """Seconds since 1970 of each point of the curve `c`: the `wall_s` of the
+    step it came in (the last step begun at or before its forward); NaN
+    before the first step."""
+    from somatize._base.errors import SomatizeKeyError, SomatizeValueError
+    from somatize.record import curve
+
+    try:
+        wall = curve(store, run=run, name=WALL)
+    except SomatizeKeyError:
+        raise SomatizeValueError(
+            f"run {run!r} records no step times (the Trainer's {WALL!r} fact, a clock reading at the start "
+            f"of each step), so it cannot be drawn over time; draw it over steps with x='step'"
+        ) from None
+    at = np.searchsorted(wall.index.to_numpy(), c.index.to_numpy(), side="right") - 1
+    times = wall.to_numpy(dtype=np.float64)
+    return np.where(at >= 0, times[np.maximum(at, 0)], np.nan) if len(times) else np.full(len(c), np.nan)
 
 
 def smoothed(values, weight):
@@ -60,13 +87,18 @@ class Progress:
     the extreme 1% out of the y range; `window`: (first, last) step shown),
     and `chart()` is what both the page and the static picture draw."""
 
-    def __init__(self, store, runs, name, color_by=None):
+    def __init__(self, store, runs, name, color_by=None, x="step"):
+        from somatize._base.errors import SomatizeValueError
         from somatize.record import curve
 
+        if x not in X_AXES:
+            raise SomatizeValueError(f"x={x!r}: give one of {', '.join(map(repr, X_AXES))} (steps, seconds since "
+                                     "the run began, or the clock)")
         self.name = name
         self.runs = runs
+        self.x = x
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        self._finite = {run: finite(c) for run, c in self.curves.items()}
+        self._finite = {run: finite(c, self._xs(store, run, c)) for run, c in self.curves.items()}
         # One colour a run, decided here only: the panel and the picture read it.
         self.colors = {run: _svg.SERIES[i % len(_svg.SERIES)] for i, run in enumerate(runs)}
         self.labels = {run: run for run in runs}
@@ -75,6 +107,18 @@ class Progress:
             self._color_by(store, color_by)
         self.log, self.smoothing, self.outliers, self.window = None, 0.0, False, None
         self._view = None
+
+    def _xs(self, store, run, c):
+        """The x of each point of `c`: None for steps, else seconds (since the
+        run's first step began, or since 1970)."""
+        if self.x == "step":
+            return None
+        t = clock_of(store, run, c)
+        if self.x == "relative":
+            from somatize.record import curve
+
+            t = t - float(curve(store, run=run, name=WALL).iloc[0])
+        return t
 
     def _color_by(self, store, key):
         """Colour each run by its config's `key` (``Recorder(..., config=)``):
@@ -127,14 +171,16 @@ class Progress:
                 rx, ry = self.line(run)
                 s["raw"] = [[a, b] for a, b in zip(rx.tolist(), ry.tolist())]
             series.append(s)
-        return _chart.chart(series, log=self.log, ylabel=self.name, window=self.window, outliers=self.outliers)
+        return _chart.chart(series, log=self.log, ylabel=self.name, window=self.window, outliers=self.outliers,
+                            x=self.x, xlabel=XLABELS[self.x])
 
     def to_html(self):
         """The static picture: what GitHub, nbviewer and nbconvert show."""
         return _svg.boxed(_svg.line_chart(self.chart()), self.title())
 
     def title(self):
-        return f"{self.name} over steps — " + ", ".join(f"run {r!r}" for r in self.runs)
+        over = "steps" if self.x == "step" else "time"
+        return f"{self.name} over {over} — " + ", ".join(f"run {r!r}" for r in self.runs)
 
     def widget(self):
         """The interactive panel: zoom (wheel, drag, double-click for all), log
@@ -172,11 +218,13 @@ class Progress:
         return f"progress({self.name}: " + "; ".join(parts) + ")"
 
 
-def progress(store, run, name="loss", color_by=None):
+def progress(store, run, name="loss", color_by=None, x="step"):
     """The fact `name` (default `loss`) of `run` over steps, as an interactive
     figure; `run=["a", "b"]` overlays runs with a legend and one tooltip;
     `color_by="lr"` colours each run by that key of its recorded config
     (numbers from dark to light by rank, other values one colour each) and
-    says each run's value in the legend."""
+    says each run's value in the legend. `x="relative"` draws it over the
+    seconds since each run's first step began, `x="wall"` over the clock
+    (both read from the Trainer's `wall_s` fact)."""
     runs = [run] if isinstance(run, str) else list(run)
-    return Progress(store, runs, name, color_by=color_by)
+    return Progress(store, runs, name, color_by=color_by, x=x)

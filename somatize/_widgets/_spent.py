@@ -6,7 +6,11 @@ that is gone. Nodes are sorted by their total time and the slowest is drawn
 in another colour, so in a twenty-node graph the culprit is the first bar.
 The engine's own time (a forward's time outside its nodes) is a bar of its
 own; so is the Trainer's when the record holds it (a numeric fact
-`trainer_us`: µs of loss, backward and update per step).
+`trainer_us`: µs of loss, backward and update per step), split into its
+parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
+record holds them too; an older record draws it whole. Each node's backward
+time (`backward_us/<node>`, on the steps the Trainer's instruments record)
+stands beside its forward time in the table.
 
 `graph=g` draws the same numbers on the graph itself (see `_graph`): a graph
 never knows its runs, so its times come from the record named here.
@@ -22,6 +26,10 @@ from html import escape
 from . import _graph, _svg
 
 TRAINER_FACT = "trainer_us"
+# The parts of the Trainer's time, as the Trainer names them, and how the panel says them.
+TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward"),
+                 ("update_us", "optimizer update"))
+BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
 SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
 
@@ -83,7 +91,11 @@ def spent_data(store, run, forward=None):
         took = per_forward[TRAINER_FACT].dropna()
         rows.append({"label": "Trainer (loss, backward, update)", "kind": "trainer",
                      "total_us": float(took.sum()), "mean_us": float(took.mean()) if len(took) else 0.0,
-                     "count": int(len(took))})
+                     "count": int(len(took)), "parts": _trainer_parts(per_forward)})
+    backward = _backward_of(store, run, [r["label"] for r in rows if r["kind"] == "node"])
+    for r in rows:
+        if r["label"] in backward:
+            r["backward_us"], r["backward_steps"] = backward[r["label"]]
     whole = sum(r["total_us"] for r in rows) or 1.0
     for r in rows:
         r["share"] = r["total_us"] / whole
@@ -102,6 +114,35 @@ def spent_data(store, run, forward=None):
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
             "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
             "spread": spread_of(store, run, per_forward, count)}
+
+
+def _trainer_parts(per_forward):
+    """[{"name", "label", "total_us"}] of the Trainer's time, the rest
+    (its bookkeeping) last, over the steps that say their parts; None for a
+    record made before the Trainer said them."""
+    if not all(name in per_forward for name, _ in TRAINER_PARTS):
+        return None
+    told = per_forward[[TRAINER_FACT] + [name for name, _ in TRAINER_PARTS]].dropna()
+    parts = [{"name": name, "label": label, "total_us": float(told[name].sum())} for name, label in TRAINER_PARTS]
+    rest = float((told[TRAINER_FACT] - told[[name for name, _ in TRAINER_PARTS]].sum(axis=1)).clip(lower=0).sum())
+    return parts + [{"name": "rest", "label": "the rest (the Trainer's bookkeeping)", "total_us": rest}]
+
+
+def _backward_of(store, run, names):
+    """{node: (mean µs of its backward a recorded step, how many steps)} from
+    the series `backward_us/<node>`, for the nodes that have one."""
+    from somatize._base.errors import SomatizeKeyError
+    from somatize.record import curve
+
+    out = {}
+    for name in names:
+        try:
+            c = curve(store, run=run, name=f"{BACKWARD}/{name}").dropna()
+        except SomatizeKeyError:
+            continue
+        if len(c):
+            out[name] = (float(c.mean()), int(len(c)))
+    return out
 
 
 def timings(d):
@@ -134,7 +175,10 @@ def spent_inner(d, graph=None):
                      f"{_svg.duration_us(r['mean_us'])} a forward",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
-                    f"a forward over {r['count']:,} {'calls' if r['kind'] == 'node' else 'forwards'}"}
+                    f"a forward over {r['count']:,} {'calls' if r['kind'] == 'node' else 'forwards'}"
+                    + (f"; backward {_svg.duration_us(r['backward_us'])} a step ({r['backward_steps']:,} "
+                       "steps measured)" if "backward_us" in r else ""),
+             "parts": _bar_parts(r)}
             for r in d["rows"]]
     parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
@@ -153,22 +197,42 @@ def spent_inner(d, graph=None):
     return "".join(parts)
 
 
+def _bar_parts(r):
+    """The Trainer's bar cut into its parts, each a shade of its grey."""
+    parts = r.get("parts")
+    if not parts:
+        return None
+    steps = r["count"] or 1
+    return [{"name": p["name"], "label": p["label"], "value": p["total_us"], "color": _svg.OVERHEAD,
+             "opacity": _svg.PART_SHADES[i % len(_svg.PART_SHADES)],
+             "text": f"{p['label'].split(' (')[0]} {_svg.duration_us(p['total_us'] / steps)}",
+             "tip": f"the Trainer's {p['label']}: {_svg.duration_us(p['total_us'])} in all, "
+                    f"{_svg.duration_us(p['total_us'] / steps)} a step"}
+            for i, p in enumerate(parts)]
+
+
 def _spread_table(d):
     """Mean, median and p95 of a forward and of each node's call, the first (warm-up) apart."""
     spread = d.get("spread") or {"forward": {}, "nodes": {}}
-    rows = [("a whole forward", spread["forward"], _forward_mean(d))]
-    rows += [(r["label"], spread["nodes"].get(r["label"], {}), r["mean_us"]) for r in d["rows"] if r["kind"] == "node"]
+    backward = any("backward_us" in r for r in d["rows"])
+    rows = [("a whole forward", spread["forward"], _forward_mean(d), None)]
+    rows += [(r["label"], spread["nodes"].get(r["label"], {}), r["mean_us"], r.get("backward_us"))
+             for r in d["rows"] if r["kind"] == "node"]
     cell = "padding:1px 14px 1px 0;text-align:right;font-variant-numeric:tabular-nums"
-    head = "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>"
-                   for h in ("mean", "median", "p95", "first (warm-up)"))
+    heads = ("mean", *(("backward (mean)",) if backward else ()), "median", "p95", "first (warm-up)")
+    head = "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>" for h in heads)
     body = "".join(
         f"<tr><td style='padding:1px 14px 1px 0'>{escape(name)}</td>"
         + "".join(f"<td style='{cell}'>{_svg.duration_us(v)}</td>"
-                  for v in (mean, s.get("median_us"), s.get("p95_us"), s.get("first_us")))
-        + "</tr>" for name, s, mean in rows)
+                  for v in (mean, *((back,) if backward else ()), s.get("median_us"), s.get("p95_us"),
+                            s.get("first_us")))
+        + "</tr>" for name, s, mean, back in rows)
     note = ("" if spread["nodes"] or not d["rows"] else
             f"<div style='font-size:11px;color:{_svg.MUTED}'>a node's median and p95 are read for runs of at most "
             f"{SPREAD_FORWARDS:,} forwards</div>")
+    if backward:
+        note += (f"<div style='font-size:11px;color:{_svg.MUTED}'>backward: a node's mean time in the backward "
+                 "pass, on the steps the Trainer's instruments record</div>")
     return (_h("A forward and a call: mean, median and p95 after the first, and the first apart") +
             f"<table class='spread' style='border-collapse:collapse;font-size:12px'>"
             f"<tr><th></th>{head}</tr>{body}</table>{note}")

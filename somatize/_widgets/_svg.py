@@ -36,6 +36,7 @@ STATE = {"waiting": "var(--jp-ui-font-color2, #6b7280)", "running": SERIES[0],
 SLOW = "var(--jp-warn-color1, #ea580c)"
 BAD = "var(--jp-error-color1, #dc2626)"
 OVERHEAD = "var(--jp-ui-font-color3, #9ca3af)"
+PART_SHADES = (1.0, 0.7, 0.45, 0.25)  # the parts of one bar: its colour, each lighter than the one before
 WIDE = 720  # the width the spent panel is drawn at; it shrinks to fit a narrower cell
 
 number = _chart.number
@@ -217,21 +218,46 @@ def _tip(text):
 
 def bars_svg(rows, *, title, unit_label):
     """Horizontal bars, longest first. rows: [{"label", "value", "text",
-    "color", "data": {attr: value} optional, "tip": hover text optional}]."""
+    "color", "data": {attr: value} optional, "tip": hover text optional,
+    "parts": optional [{"name", "value", "color", "opacity", "text", "tip"}]
+    that cut the bar (their values add up to its own), each said below it}]."""
     width, bar_h, gap, left, right = WIDE, 18, 6, 200, 235
-    height = 28 + len(rows) * (bar_h + gap)
+    lane = bar_h + gap
+    height = 28 + sum(lane + (16 if r.get("parts") else 0) for r in rows)
     top = max((r["value"] for r in rows), default=0) or 1
+    per = (width - left - right) / top
     parts = [svg_open(width, height, title)]
-    for i, r in enumerate(rows):
-        y = 8 + i * (bar_h + gap)
-        w = max(1.0, r["value"] / top * (width - left - right))
+    y = 8
+    for r in rows:
+        w = max(1.0, r["value"] * per)
         parts.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
         parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
                      f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
         parts.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
+        if r.get("parts"):
+            parts.extend(_bar_parts(r["parts"], left, y, bar_h, per))
+            y += 16
+        y += lane
     parts.append(_text(left, height - 4, unit_label, 11, MUTED))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _bar_parts(cut, left, y, bar_h, per):
+    """A bar's parts drawn over it, left to right, and said in a line below it, each after a swatch of its shade."""
+    out, x, said = [], float(left), float(left)
+    for p in cut:
+        w = p["value"] * per
+        shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
+        # on the panel's ground, not over the bar's own colour, so each shade reads as itself
+        out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" style="fill:{SURFACE}"/>')
+        out.append(f'<rect class="part" x="{x:.1f}" y="{y}" width="{max(0.0, w - 1):.1f}" height="{bar_h}" '
+                   f'style="{shade}" data-part="{escape(p["name"])}">{_tip(p.get("tip"))}</rect>')
+        x += w
+        out.append(f'<rect x="{said:.1f}" y="{y + bar_h + 4}" width="9" height="9" style="{shade}"/>')
+        out.append(_text(said + 12, y + bar_h + 12, p["text"], 10, MUTED, extra='class="part-text"'))
+        said += 12 + 5.6 * len(p["text"]) + 10
+    return out
 
 
 def timeline_svg(spans, total_us, *, width=None):

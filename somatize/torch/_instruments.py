@@ -18,6 +18,8 @@ in ``_graph/watchers.py``; each lands in the series ``<name>/<node>``):
   the update), ``update_norm`` (L2 norm of the change the update made),
   ``grad_zeros`` (share of gradient entries exactly 0; a parameter with no
   gradient counts as all zeros);
+- per recorded step, for each node whose output is a tensor taking
+  gradients: ``backward_us``, the µs of its backward (``_backward``);
 - per recorded step, for each node whose output is a floating tensor:
   ``out_zeros`` (share of entries exactly 0) and, when the output comes out
   of a saturating function (sigmoid, tanh, hardtanh: read from its
@@ -35,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from .._base.values import Opaque
+from ._backward import BackwardClock
 from ._weights import _node_params
 
 FIRST = 10  # updates recorded one by one at the start of a run
@@ -78,6 +81,7 @@ class Instruments:
                 self.missing.append((node.name, loose))
         self.sizes = [p.numel() for p in self.params]
         self.one_dtype = len({p.dtype for p in self.params}) <= 1
+        self.clock = BackwardClock(emit)
         self.started = False
         self._before = None
         self._grads = None
@@ -94,6 +98,7 @@ class Instruments:
         t = value.value if value.__class__ is Opaque else value
         if t.__class__ is not torch.Tensor or not t.is_floating_point() or not t.numel():
             return
+        self.clock.output(name, t)
         with torch.no_grad():
             n = t.numel()
             emit = self.emit

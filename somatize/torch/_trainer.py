@@ -23,12 +23,17 @@ step's facts, so it belongs to that step's last forward.
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
 closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
-whole batch of the step, then ``{"fact": "trainer_us", "value": <int>}``, the
-µs the step spent outside the graph's forwards: objective, backward, update
-and the Trainer's own bookkeeping (handing its ``updated`` and ``loss`` to
-the watchers included). A step's wall time is its forwards plus
-``trainer_us``; ``close_group()``'s update belongs to no step and is not in it.
-Steps count from 0, like forwards.
+whole batch of the step, then ``{"fact": "wall_s", "value": <float>}``, the
+clock (seconds since 1970) when the step began, then its parts in µs, ``objective_us`` (the
+objective, reading the loss included), ``backward_us`` and ``update_us``
+(clip, the optimizer's step, zero_grad; 0 when the step closed no group),
+then on the instruments' recorded steps one ``backward_us`` per node
+(``_backward``), and last ``{"fact": "trainer_us", "value": <int>}``, the
+µs the step spent outside the graph's forwards: the three parts and the
+Trainer's own bookkeeping (handing its facts to the watchers included). A
+step's wall time is its forwards plus ``trainer_us``; ``close_group()``'s
+update belongs to no step and is not in it. Steps count from 0, like
+forwards.
 
 A step that raises (a node failed, the objective was refused, the loss is
 not finite, Ctrl-C) drops the open group: with ``micro=N`` some of its
@@ -45,7 +50,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from time import perf_counter_ns
+from time import perf_counter_ns, time
 
 import torch
 
@@ -135,6 +140,10 @@ class Trainer:
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
+        self._plain = self._fast and not self._watched  # nobody reads the times: no clocks
+        self._began_s = 0.0  # the clock when the step began (when watched): its wall_s
+        self._split = [0, 0, 0]  # ns of this step in the objective, the backward, the update (when watched)
+        self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
         self._open = 0  # steps in the open group
@@ -148,18 +157,23 @@ class Trainer:
         """Forward, loss, backward; an update when the group closes.
         Returns the loss of the whole batch as a float."""
         began = perf_counter_ns()
+        self._began_s = time() if self._watched else 0.0
         x, y = self._pair(batch)
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
+        self._split[:] = (0, 0, 0)
         if self._instruments is not None:
             self._instrument()
         try:
-            if self._fast:
+            if self._plain:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
                 _backward(loss, index)
                 self._update()
+                updated = True
+            elif self._fast:
+                value = self._timed(x, y, index)
                 updated = True
             else:
                 value, updated = self._grouped(x, y, index)
@@ -184,18 +198,48 @@ class Trainer:
         unit = 1.0 / (self.every * self._first_n)
         value = 0.0
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
+        split, now = self._split, perf_counter_ns if self._watched else _no_clock
         for xi, yi in pieces:
-            loss = self.objective(self._forward(xi), yi)
+            out = self._forward(xi)
+            t = now()
+            loss = self.objective(out, yi)
             k = xi.shape[0]
             value += self._value(loss, index) * k / n
             scale = k * unit
-            _backward(loss * scale if scale != 1.0 else loss, index)
+            t1 = now()
+            self._backward(loss * scale if scale != 1.0 else loss, index)
+            t2 = now()
+            split[0] += t1 - t
+            split[1] += t2 - t1
         self._open += 1
         self._group_n += n
         closed = self._open == self.every
         if closed:
+            t = now()
             self._close()
+            split[2] += now() - t
         return value, closed
+
+    def _timed(self, x, y, index):
+        """A plain step, watched: its objective, backward and update each timed."""
+        out = self._forward(x)
+        t0 = perf_counter_ns()
+        loss = self.objective(out, y)
+        value = self._value(loss, index)
+        t1 = perf_counter_ns()
+        self._backward(loss, index)
+        t2 = perf_counter_ns()
+        self._update()
+        self._split[:] = (t1 - t0, t2 - t1, perf_counter_ns() - t2)
+        return value
+
+    def _backward(self, loss, index):
+        clock = self._clock
+        if clock is None or not clock.armed:
+            return _backward(loss, index)
+        clock.began()
+        _backward(loss, index)
+        clock.ended()
 
     def close_group(self):
         """Close a group left open (fewer than ``every`` steps since the last
@@ -342,6 +386,7 @@ class Trainer:
         inst = self._instruments
         if not inst.started:
             inst.start()
+        inst.clock.reset()
         self._watchers.output = inst.output if due(self.updates) else None
 
     def _value(self, loss, index):
@@ -368,6 +413,13 @@ class Trainer:
         if updated:
             emit({"fact": "updated"})
         emit({"fact": "loss", "value": value})
+        emit({"fact": "wall_s", "value": self._began_s})
+        objective, backward, update = self._split
+        emit({"fact": "objective_us", "value": objective // 1000})
+        emit({"fact": "backward_us", "value": backward // 1000})
+        emit({"fact": "update_us", "value": update // 1000})
+        if self._clock is not None:
+            self._clock.hand_over()
         # Taken last so that handing the facts above to the watchers counts too.
         emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
 
@@ -410,6 +462,10 @@ def _backward(loss, index):
                 "is nothing to train. Is every node frozen, or does the objective detach its input?"
             ) from None
         raise
+
+
+def _no_clock():
+    return 0
 
 
 def _count(x, y, micro, index):

@@ -1,0 +1,96 @@
+"""Backward time per node, seen from the edges between nodes.
+
+The rule kept here: the engine never knows it is timed, and the arithmetic
+never changes. On a recorded step (the instruments' sampling: ``due``), the
+engine's outputs hook hands over each node's output; when it is a tensor
+that takes gradients, a hook is put on it that only notes the moment its
+gradient arrives (the hook returns None: the gradient is not touched). A
+node's backward begins when the gradient of its output arrives and runs
+until the next arrival at any node's output (or the end of the backward
+pass): autograd works through the graph in the reverse order of the forward
+(on the CPU, in the caller's thread), so those intervals tile the backward
+pass, the objective's own part (from its start to the first arrival) left
+out.
+
+What it cannot see: a node whose output is not a tensor (a tuple, a dict),
+or does not take gradients (a frozen node), gets no time of its own; its
+backward is counted in the node before it in the reverse order. Branches of
+a graph that fans out are not interleaved by autograd, so each is credited
+its own. On a GPU each arrival waits for the device first
+(``torch.cuda.synchronize``), on recorded steps only.
+
+Facts, one per node that received a gradient, among the step's facts:
+``{"fact": "backward_us", "node": <node>, "value": <int>}`` (µs in that
+node's backward, over every backward of the step when ``micro=N``), in the
+series ``backward_us/<node>``.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+import torch
+
+
+class BackwardClock:
+    """Notes when each node's output gradient arrives, on the steps it is
+    armed for, and hands over each node's backward time."""
+
+    __slots__ = ("emit", "armed", "_stamps", "_spent", "_began", "_cuda")
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.armed = False  # a hook was put on some output this step
+        self._stamps = []  # (ns, node) in the order the gradients arrived
+        self._spent = {}  # node -> ns this step
+        self._began = 0
+        self._cuda = False
+
+    def reset(self):
+        """A new step begins: nothing armed, nothing spent."""
+        self.armed = False
+        self._spent.clear()
+
+    def output(self, name, t):
+        """The engine's outputs hook (through the instruments): ``t`` is a
+        tensor leaving node ``name``."""
+        if not t.requires_grad:
+            return
+        stamps = self._stamps
+        if t.is_cuda:
+            self._cuda = True
+
+            def arrived(grad):
+                torch.cuda.synchronize(grad.device)
+                stamps.append((perf_counter_ns(), name))
+        else:
+            def arrived(grad):
+                stamps.append((perf_counter_ns(), name))
+
+        t.register_hook(arrived)
+        self.armed = True
+
+    def began(self):
+        self._stamps.clear()
+        self._began = perf_counter_ns()
+
+    def ended(self):
+        """After a backward: the intervals between arrivals, each credited to
+        the node whose gradient arrived at its start."""
+        if self._cuda:
+            torch.cuda.synchronize()
+        end = perf_counter_ns()
+        stamps = sorted(self._stamps)
+        spent = self._spent
+        for (t, name), (after, _) in zip(stamps, stamps[1:] + [(end, None)]):
+            spent[name] = spent.get(name, 0) + after - t
+        self._stamps.clear()
+
+    def hand_over(self):
+        """The step's facts: one ``backward_us`` per node that received a gradient."""
+        if not self._spent:
+            return
+        emit = self.emit
+        for name, ns in self._spent.items():
+            emit({"fact": "backward_us", "node": name, "value": ns // 1000})
+        self._spent.clear()
