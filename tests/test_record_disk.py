@@ -1,6 +1,7 @@
 """The record on disk: damage is found and named, a torn tail is not damage,
 and resuming cuts back to the last completed flush without losing a whole block."""
 
+import os
 import numpy as np
 import orjson
 import pytest
@@ -342,3 +343,43 @@ def test_junk_at_the_summarys_temp_name_is_cleared_not_written_through(store, tm
     fill(store, "r", 2, start=3, resume=True)
     assert outside.read_text() == "keep me" and not os.path.lexists(tmp)
     assert len(forwards(store, "r")) == 5
+
+
+@pytest.mark.parametrize("how", ["truncated", "emptied", "removed", "a folder"])
+def test_a_log_cut_after_its_summary_lists_damaged_and_the_other_runs_list(store, how):
+    """Issue 10: a truncated log is damage the listing shows (it listed as finished)."""
+    import shutil
+
+    from somatize.cli import runs_table
+
+    folder = fill(store, "r", 30)
+    fill(store, "other", 5)
+    log = folder / "facts.log"
+    size = log.stat().st_size
+    if how == "truncated":
+        os.truncate(log, size // 2)
+    elif how == "emptied":
+        os.truncate(log, 0)
+    elif how == "removed":
+        log.unlink()
+    else:
+        log.unlink()
+        log.mkdir()
+    listed = runs(store).set_index("run")
+    assert listed.loc["r", "state"] == "damaged", listed.loc["r"]
+    problem = listed.loc["r", "problem"]
+    assert "facts.log" in problem and "somatize check" in problem
+    if how in ("truncated", "emptied"):
+        assert f"fewer than the {size}" in problem
+    assert listed.loc["other", "state"] == "finished" and listed.loc["other", "forwards"] == 5
+    assert "damaged" in runs_table(store.path)
+    if how == "a folder":
+        shutil.rmtree(log)
+
+
+def test_a_running_run_whose_log_is_ahead_of_its_summary_is_not_damage(store):
+    """The log is written before the summary that counts it: more bytes than counted is a flush in flight."""
+    folder = fill(store, "r", 30)
+    with open(folder / "facts.log", "ab") as f:
+        f.write(b"\0" * 100)  # bytes past the summary's count: a flush a kill interrupted
+    assert runs(store).set_index("run").loc["r", "state"] == "finished"

@@ -278,6 +278,23 @@ async def test_a_run_damaged_in_place_changes_the_tag(jp_fetch, layout):
     assert rows is not None and rows["alpha"]["state"] == "damaged" and "summary.json" in rows["alpha"]["problem"]
 
 
+async def test_a_log_cut_in_place_lists_damaged_once_a_query_finds_it(jp_fetch, layout):
+    """A log cut short after the listing read its summary changes no summary.json,
+    so no tag: the first query that reads the log finds the damage (422, naming
+    facts.log), and from then on the listing shows the run damaged. A store the
+    server has not listed yet shows it damaged at once (test_record_disk)."""
+    sid = await the_store(jp_fetch)
+    etag = await settled_tag(jp_fetch, sid)
+    log = layout["store"] / "runs" / "alpha" / "facts.log"
+    os.truncate(log, log.stat().st_size // 2)
+    with pytest.raises(HTTPClientError) as refused:
+        await get(jp_fetch, "stores", sid, "runs", "alpha", "facts", forward="3")
+    assert refused.value.code == 422 and "facts.log" in orjson.loads(refused.value.response.body)["message"]
+    rows = await poll(jp_fetch, sid, etag)
+    assert rows is not None and rows["alpha"]["state"] == "damaged" and "facts.log" in rows["alpha"]["problem"]
+    assert rows["beta"]["state"] == "finished"
+
+
 async def test_a_run_whose_facts_come_before_its_summary_changes_the_tag(jp_fetch, layout):
     """A run folder with nothing in it is not listed; once it holds facts and
     still no summary.json it lists as damaged, and a poll must see that

@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 import xxhash
 
-from .._base.errors import SomatizeError
+from .._base.errors import DamagedError, SomatizeError
 from .._store import files
 from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
@@ -252,6 +252,7 @@ class Browser:
         self.root = os.path.realpath(os.fspath(root))
         self._stores: dict[str, str] = {}
         self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
+        self._damage: dict[str, int] = {}  # store id -> damage found by a query: part of the listing's tag
         self._lock = threading.Lock()
 
     # ---- stores ----------------------------------------------------------------
@@ -329,7 +330,8 @@ class Browser:
     def _runs_tagged(self, sid, offset, limit, match, unless) -> tuple[dict | None, str]:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
-        counts = _COUNTER.generation(root)  # before the rows: a count landing after it changes the next tag
+        # before the rows: a count landing after it changes the next tag
+        counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
         every, names, page, keys = _page_of(root, offset, limit, match)
         if unless:
             running = self._unchanged(sid, root, page, keys)
@@ -376,6 +378,20 @@ class Browser:
                 del kept[n]
         _COUNTER.forget(root, keep=names)
 
+    @contextlib.contextmanager
+    def _noting_damage(self, sid: str, run: str):
+        """A query that finds a run damaged (a log cut in place after the
+        listing read its summary: no summary.json changed, so no tag did)
+        drops the run's kept row and changes the store's listing tag: the
+        next poll lists the run again, and it reads damaged."""
+        try:
+            yield
+        except DamagedError:
+            with self._lock:
+                self._rows.get(sid, {}).pop(run, None)
+                self._damage[sid] = self._damage.get(sid, 0) + 1
+            raise
+
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
         key = _key_of(root, run)
@@ -385,7 +401,8 @@ class Browser:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed
         now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
         root, _ = self.run_folder(sid, run)
-        found = _COUNTER.count_now(root, run, _key_of(root, run))
+        with self._noting_damage(sid, run):
+            found = _COUNTER.count_now(root, run, _key_of(root, run))
         return {"run": run, "findings": [
             {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
 
@@ -416,7 +433,8 @@ class Browser:
         from ..record import curve
 
         root, _ = self.run_folder(sid, run)
-        series = curve(root, run, name)
+        with self._noting_damage(sid, run):
+            series = curve(root, run, name)
         forward = series.index.to_numpy()
         value = series.to_numpy()
         keep = np.isfinite(value)
@@ -430,7 +448,8 @@ class Browser:
         from ..record import nodes
 
         root, _ = self.run_folder(sid, run)
-        frame = nodes(root, run)
+        with self._noting_damage(sid, run):
+            frame = nodes(root, run)
         return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
                 for r in frame.to_dict("records")]
 
@@ -442,7 +461,8 @@ class Browser:
         count = self.run(sid, run).get("forwards") or 0
         if not 0 <= forward < max(count, 1):
             raise Bad(f"forward={forward} is out of range: this run has {count} forwards (0..{count - 1})")
-        got = facts(root, run, forward=forward) if count else []
+        with self._noting_damage(sid, run):
+            got = facts(root, run, forward=forward) if count else []
         return {"run": run, "forward": forward, "forwards": count, "facts": got[:FACTS_PAGE],
                 "cut": len(got) > FACTS_PAGE, "next": forward + 1 if forward + 1 < count else None}
 

@@ -211,6 +211,29 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
+def log_short(folder, summary) -> str | None:
+    """What is wrong when the run's log holds fewer bytes than its summary
+    counts (a log truncated or replaced after the flush that wrote the
+    summary), else None. One lstat: a listing stays one stat a run more than
+    the summaries it reads. The log is written and fsynced before the summary
+    that counts it, so a sound run never reads short, even while it runs."""
+    try:
+        st = os.lstat(os.path.join(folder, LOG))
+    except FileNotFoundError:
+        size = 0
+    except OSError as e:
+        return f"{LOG} cannot be read ({e.strerror}); run `somatize check` on the store"
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            return f"{LOG} is not a regular file; run `somatize check` on the store"
+        size = st.st_size
+    want = summary.get("log_bytes") or 0
+    if size < want:
+        return (f"{LOG} holds {size} bytes, fewer than the {want} its {SUMMARY} counts: it was cut "
+                "or replaced after it was written; run `somatize check` on the store")
+    return None
+
+
 def summaries(store, names=None) -> list[dict]:
     """One dict per run, with its state resolved; reads no facts. A live
     Recorder of this process answers from memory, pending facts included.
@@ -249,6 +272,10 @@ def summaries(store, names=None) -> list[dict]:
             if os.path.lexists(os.path.join(folder, LOG)):
                 out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
             continue  # a folder being created, or not a run
+        short = log_short(folder, summary)
+        if short is not None:
+            out.append({"run": name, "state": "damaged", "problem": short})
+            continue
         summary["run"] = name
         if summary["state"] == "running" and not holder_alive(folder):
             summary["state"] = "interrupted"
