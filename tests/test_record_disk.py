@@ -2,6 +2,7 @@
 and resuming cuts back to the last completed flush without losing a whole block."""
 
 import os
+
 import numpy as np
 import orjson
 import pytest
