@@ -229,7 +229,7 @@ print(json.dumps({"where": somatize.__file__, "outs": outs, "runs": list(table["
 def test_the_core_alone_runs_a_graph_into_a_store_with_its_record(core, tmp_path):
     got = core.py(CORE_RUN, cwd=tmp_path)
     assert Path(got["where"]).is_relative_to(core.path), f"imported {got['where']}, not the venv's somatize"
-    assert got["outs"] == [2.0, 6.0, 12.0, 20.0, 30.0]
+    assert got["outs"] == [0.0, 2.0, 6.0, 12.0, 20.0]  # twice the sum of 0..i
     assert got["runs"] == ["first"] and got["state"] == "finished"
     assert got["size"] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert got["kept"].startswith("sha256:") and got["recalled"] == 42 and got["findings"] == 0
