@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, serving_lab
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, serving_lab
 from nbexec import execute
 
 GUARD_S = 1200  # pip on a busy machine; a guard against a hang, not a measurement
@@ -302,12 +302,12 @@ def test_the_wheel_with_no_node_on_path_lists_both_extensions_enabled_and_ok(lab
 
 def record_runs(venv, root):
     venv.py("import json\nfrom somatize import Recorder, Store\nstore = Store('runs/store')\n"
-            "for name in ('alpha', 'beta'):\n"
+            "for scale, name in enumerate(('alpha', 'beta'), 1):\n"
             "    with Recorder(store, run=name) as r:\n"
             "        for i in range(40):\n"
             "            r.forward_began()\n"
             "            r({'fact': 'finished', 'took_us': 50})\n"
-            "            r({'fact': 'loss', 'value': 1.0 / (i + 1)})\n"
+            "            r({'fact': 'loss', 'value': scale / (i + 1)})\n"
             "print(json.dumps(sorted(store.runs())))", cwd=root)
 
 
@@ -345,7 +345,8 @@ def test_the_wheel_with_no_node_serves_the_sidebar_and_draws_a_panel_in_chromium
             chart.wait_for(timeout=120_000)
             assert chart.locator("polyline.curve").count() == 2
         finally:
-            page.screenshot(path=tmp_path / "no-node-lab.png")
+            (ARTIFACTS / "ship").mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=ARTIFACTS / "ship" / "no-node-lab.png")
             browser.close()
 
 
