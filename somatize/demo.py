@@ -2,13 +2,16 @@
 show what the record says about it.
 
     python -m somatize.demo --lab [--store notebooks/demo-store]
+    python -m somatize.demo --record [--store ./notebooks/demo-store]
     python -m somatize.demo [--store demo-store] [--forwards 20000]
 
 ``--lab`` (what ``scripts/demo`` runs) records a few runs into a store under
 ``notebooks/`` — two finished, one still running for a while (in a child
 process), one interrupted (a child killed with SIGKILL), one damaged on
 purpose — then starts JupyterLab on ``notebooks/`` with that store in the run
-browser's sidebar and prints the URL. Without it (``scripts/demo --text``)
+browser's sidebar and prints the URL. ``--record`` records the same runs
+but the running one, and exits (Binder's postBuild: a run still going
+cannot outlive an image's build). Without either (``scripts/demo --text``)
 one run is recorded and what the record says is printed, for a terminal.
 """
 
@@ -93,7 +96,8 @@ def _child(store, run, forwards, **kw):
 
 def demo_runs(store, running_for=600.0):
     """Record the demo runs into ``store``; returns the child process that
-    keeps recording the running one (the caller stops it)."""
+    keeps recording the running one (the caller stops it), or None when
+    ``running_for`` is None (no running run)."""
     store = Store(store)
     for run in store.runs():
         if run.startswith("demo-"):  # the demo's own runs of a previous time
@@ -104,6 +108,8 @@ def demo_runs(store, running_for=600.0):
     record(store, broken, 200, seed=2)
     (Path(store.path) / "runs" / broken / "summary.json").write_bytes(b'{"format": 2, "sta')  # cut short, on purpose
     _child(store.path, "demo-interrupted", 100_000, seed=3, die_after=500).wait(120)
+    if running_for is None:
+        return None
     return _child(store.path, "demo-running", int(running_for / 0.05), seed=4, pause=0.05)
 
 
@@ -143,12 +149,20 @@ def lab(store, root):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lab", action="store_true", help="record demo runs and open JupyterLab on notebooks/")
+    ap.add_argument("--record", action="store_true",
+                    help="record the demo runs (none left running) into ./notebooks/demo-store and exit")
     ap.add_argument("--store", default=None)
     ap.add_argument("--forwards", type=int, default=20_000)
     args = ap.parse_args(argv)
     if args.lab:
         root = Path(__file__).resolve().parents[1] / "notebooks"
         lab(Path(args.store or root / "demo-store").resolve(), root)
+        return
+    if args.record:
+        # under the working folder: an installed package has no notebooks/ beside it
+        store = Path(args.store or "notebooks/demo-store").resolve()
+        demo_runs(store, running_for=None)
+        print(f"recorded the demo runs into {store}: two finished, one interrupted, one damaged")
         return
     args.store = args.store or "demo-store"
 

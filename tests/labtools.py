@@ -73,15 +73,26 @@ def running_lab(root, tmp_path, server_extension=True):
     config.mkdir()
     (config / "jupyter_server_config.json").write_text(
         json.dumps({"ServerApp": {"jpserver_extensions": {"somatize._server": server_extension}}}))
-    port = free_port()
     # the lab's settings (its theme) and workspaces stay in tmp_path, not in the home folder
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
            "JUPYTER_PATH": str(data), "PYTHONPATH": str(ROOT),
            "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
-    log = open(tmp_path / "lab.log", "w")
+    with serving_lab([sys.executable, "-m", "jupyterlab"], root, env, tmp_path / "lab.log") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_lab(command, root, env, log_path, root_dir=True):
+    """`command` (a `jupyter lab`: any Python's) serving `root` on a free port
+    with this module's token, with `env`; yields its URL once it answers, and
+    stops it on leaving. `root_dir=False` leaves the root to the lab's own
+    configuration (the lab still starts in `root`)."""
+    port = free_port()
+    log = open(log_path, "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
-         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
+        [*command, "--no-browser", "--allow-root", f"--port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
+         *([f"--ServerApp.root_dir={root}"] if root_dir else []),
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -94,7 +105,7 @@ def running_lab(root, tmp_path, server_extension=True):
                 break
             except OSError:
                 if server.poll() is not None:
-                    raise RuntimeError((tmp_path / "lab.log").read_text()) from None
+                    raise RuntimeError(Path(log_path).read_text()) from None
                 time.sleep(0.5)
         yield url
     finally:

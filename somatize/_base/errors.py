@@ -4,7 +4,7 @@ the offending thing, and says what to write instead.
 Each error a user may want to catch is public: ``somatize`` re-exports
 ``SomatizeError``, ``NodeError``, ``WatcherError``, ``DamagedError`` and
 ``StoreNotWritable``. The others subclass the matching builtin (``TypeError``,
-``ValueError``, ``KeyError``) and are caught as those."""
+``ValueError``, ``KeyError``, ``ImportError``) and are caught as those."""
 
 
 class SomatizeError(Exception):
@@ -42,3 +42,15 @@ class StoreNotWritable(SomatizeError, PermissionError):
 
 class CodecError(SomatizeError, RuntimeError):
     """A user's codec raised while decoding bytes that are whole (not damage)."""
+
+
+class MissingExtra(SomatizeError, ImportError):
+    """An optional part of somatize needs a package this Python lacks; the
+    message names the extra (``pip install "somatize[...]"``) that brings it."""
+
+    def __init__(self, what, extra, package, hint=""):
+        super().__init__(
+            f"{what} needs {package}, which is not installed in this Python. "
+            f'Install it with: pip install "somatize[{extra}]"{hint}',
+            name=package,
+        )

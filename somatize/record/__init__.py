@@ -21,7 +21,8 @@ everything before reads back in order, once, and the run lists as interrupted.
 
 This layer imports ``_base`` and ``_store``, plus numpy, pandas, orjson and
 xxhash; never torch, never Jupyter (``progress``, ``spent`` and ``Live`` are
-drawn by ``_widgets`` and load lazily). Every public name loads on first use,
+drawn by ``_widgets`` and load lazily; without anywidget, asking for one
+raises ``MissingExtra`` naming ``somatize[lab]``). Every public name loads on first use,
 so ``somatize runs`` (``_runs``, ``_summary``, ``_files``) starts without
 numpy or pandas.
 
@@ -112,6 +113,13 @@ def __getattr__(name):
         raise AttributeError(f"module 'somatize.record' has no attribute {name!r}")
     from importlib import import_module
 
+    if module == "somatize._widgets":
+        from importlib.util import find_spec
+
+        if find_spec("anywidget") is None:  # a panel needs Jupyter's widgets: say which extra brings them
+            from .._base.errors import MissingExtra
+
+            raise MissingExtra(f"somatize.record.{name} (a notebook panel)", "lab", "anywidget")
     value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value
