@@ -162,6 +162,8 @@ def check_texts(panel, where):
     for text, x0, y0, x1, y1 in boxes:
         assert x0 >= left - 0.5 and x1 <= right + 0.5 and y0 >= top - 0.5 and y1 <= bottom + 0.5, \
             f"{where}: {text!r} leaves its panel"
+        # legible: a picture shrunk to fit a narrow cell must not take its text below ~8 px type
+        assert y1 - y0 >= 9, f"{where}: {text!r} is drawn {y1 - y0:.1f} px tall, too small to read"
     for i, (a, *ra) in enumerate(boxes):
         for c, *rc in boxes[i + 1:]:
             w = min(ra[2], rc[2]) - max(ra[0], rc[0])
@@ -206,10 +208,10 @@ def test_panels_in_jupyterlab_at_two_widths_in_both_themes(lab, browser):
         assert int(live.locator("polyline.curve").get_attribute("data-points")) >= 250
 
         spent = page.locator(".somatize-spent").first
-        assert sorted(spent.locator("rect.bar[data-kind=node]").evaluate_all(
+        assert sorted(spent.locator("rect.bar[data-kind=node]:visible").evaluate_all(
             "bars => bars.map(b => b.dataset.node)")) == ["body", "head"]
-        assert spent.locator("rect.bar[data-kind=trainer]").count() == 1
-        assert spent.locator("rect.span").count() == 2  # the timeline of one forward
+        assert spent.locator("rect.bar[data-kind=trainer]:visible").count() == 1
+        assert spent.locator("rect.span:visible").count() == 2  # the timeline of one forward
         graph = page.locator(".somatize-graph").first
         assert graph.locator("path.edge[data-from=body][data-to=head]").count() == 1
         graph.locator("g.node[data-node=body]").click()

@@ -44,7 +44,9 @@ def test_chopped_log_still_lists_reads_before_the_damage_and_is_reported(store):
     size = log.stat().st_size
     with open(log, "r+b") as f:
         f.truncate(size - 100)
-    assert runs(store).set_index("run").loc["r", "forwards"] == 2000
+    listed = runs(store).set_index("run").loc["r"]
+    assert listed["forwards"] == 2000  # what the summary says still lists ...
+    assert listed["state"] == "damaged" and "facts.log" in listed["problem"]  # ... marked damaged (issue 10)
     index = read_index(folder / "index.bin")
     last_block = index[-1]
     assert facts(store, "r", forward=int(last_block["first"]) - 1) != []

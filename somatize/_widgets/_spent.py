@@ -161,8 +161,10 @@ def title_of(d):
     return f"Where the time went — run {d['run']!r}, {d['forwards']:,} forwards"
 
 
-def spent_inner(d, graph=None):
-    """The panel's body (headings and SVG), shared by the widget and the static picture."""
+def spent_inner(d, graph=None, narrow=False):
+    """The panel's body (headings and SVG), shared by the widget and the static
+    picture. ``narrow``: the widget's body, which also holds the bars and the
+    timeline laid out for a narrow cell (panel.css shows one or the other)."""
     if not d["rows"]:
         return f"<div style='color:{_svg.MUTED}'>No node has run in this run yet.</div>"
     parts = []
@@ -183,7 +185,8 @@ def spent_inner(d, graph=None):
     parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
     grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
-    parts.append(_svg.bars_svg(bars, title=title_of(d), unit_label=grey))
+    parts.append(_both(_svg.bars_svg(bars, title=title_of(d), unit_label=grey),
+                       narrow and _svg.bars_svg_narrow(bars, title=title_of(d), unit_label=grey)))
     parts.append(_spread_table(d))
     t = d["timeline"]
     if t and t["spans"]:
@@ -193,8 +196,15 @@ def spent_inner(d, graph=None):
                  for s in t["spans"]]
         parts.append(_h(f"Forward {t['forward']}, the last: which node ran when "
                         f"({_svg.duration_us(t['total_us'])} in all)"))
-        parts.append(_svg.timeline_svg(spans, t["total_us"]))
+        parts.append(_both(_svg.timeline_svg(spans, t["total_us"]),
+                           narrow and _svg.timeline_svg(spans, t["total_us"], width=_svg.NARROW)))
     return "".join(parts)
+
+
+def _both(wide, narrow):
+    if not narrow:
+        return wide
+    return f"<div class='smz-wide'>{wide}</div><div class='smz-narrow'>{narrow}</div>"
 
 
 def _bar_parts(r):
@@ -268,7 +278,7 @@ class Spent:
             from ._views import SpentView, view_bundle
         except ImportError:
             return bundle
-        view = SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph),
+        view = SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph, narrow=True),
                                 "slowest": self.slowest})
         bundle.update(view_bundle(view))
         return bundle

@@ -38,6 +38,11 @@ BAD = "var(--jp-error-color1, #dc2626)"
 OVERHEAD = "var(--jp-ui-font-color3, #9ca3af)"
 PART_SHADES = (1.0, 0.7, 0.45, 0.25)  # the parts of one bar: its colour, each lighter than the one before
 WIDE = 720  # the width the spent panel is drawn at; it shrinks to fit a narrower cell
+# ... down to a cell of NARROW_BELOW px; below that the widget shows the same
+# figures laid out for NARROW px (labels above the bars), so no text shrinks
+# past legibility (panel.css's container query picks one; a picture has no
+# cell to ask, and keeps the wide one)
+NARROW, NARROW_BELOW = 400, 600
 
 number = _chart.number
 ticks = _chart.ticks
@@ -243,6 +248,53 @@ def bars_svg(rows, *, title, unit_label):
     return "".join(parts)
 
 
+def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
+    """``bars_svg``'s rows for a narrow cell: each label on a line of its own
+    above its bar, a cut bar's parts said on as many lines as they need."""
+    bar_h, per_char = 14, 0.56 * 11  # a glyph of the 11 px numbers is about this wide
+    top = max((r["value"] for r in rows), default=0) or 1
+    # the bars leave room for the longest numbers; a bar is never under 40% of the width
+    per = max(width - 2 - max(per_char * len(r["text"]) + 8 for r in rows), width * 0.4) / top
+    body, y = [], 4
+    for r in rows:
+        w = max(1.0, r["value"] * per)
+        body.append(_text(0, y + 11, _fit(r["label"], width, 12), 12, INK))
+        y += 15
+        body.append(f'<rect class="bar" x="0" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
+                    f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
+        body.append(_text(w + 6, y + bar_h - 3, _fit(r["text"], width - w - 6, 11), 11, MUTED))
+        if r.get("parts"):
+            x = 0.0
+            for p in r["parts"]:  # the parts over the bar, as the wide layout draws them
+                pw = p["value"] * per
+                shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
+                body.append(f'<rect x="{x:.1f}" y="{y}" width="{pw:.1f}" height="{bar_h}" style="fill:{SURFACE}"/>')
+                body.append(f'<rect class="part" x="{x:.1f}" y="{y}" width="{max(0.0, pw - 1):.1f}" '
+                            f'height="{bar_h}" style="{shade}" data-part="{escape(p["name"])}">'
+                            f'{_tip(p.get("tip"))}</rect>')
+                x += pw
+            said, line = 0.0, y + bar_h + 4
+            for p in r["parts"]:
+                need = 12 + 0.56 * 10 * len(p["text"]) + 10
+                if said and said + need > width:
+                    said, line = 0.0, line + 14
+                shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
+                body.append(f'<rect x="{said:.1f}" y="{line}" width="9" height="9" style="{shade}"/>')
+                body.append(_text(said + 12, line + 8, p["text"], 10, MUTED, extra='class="part-text"'))
+                said += need
+            y = line + 14 - bar_h - 4
+        y += bar_h + 10
+    height = y + 16
+    return "".join([svg_open(width, height, title), *body, _text(0, height - 4, unit_label, 11, MUTED), "</svg>"])
+
+
+def _fit(text, room, size):
+    """``text`` cut with an ellipsis to what ``room`` px hold at ``size`` px
+    (a glyph is about 0.56 of the size wide in the panel font)."""
+    most = max(1, int(room / (0.56 * size)))
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def _bar_parts(cut, left, y, bar_h, per):
     """A bar's parts drawn over it, left to right, and said in a line below it, each after a swatch of its shade."""
     out, x, said = [], float(left), float(left)
@@ -261,9 +313,11 @@ def _bar_parts(cut, left, y, bar_h, per):
 
 
 def timeline_svg(spans, total_us, *, width=None):
-    """One forward: which node ran when. spans: [(label, began_us, took_us, color)]."""
+    """One forward: which node ran when. spans: [(label, began_us, took_us, color)].
+    Under ``WIDE`` px the label column narrows and long labels are cut (the
+    span's hover text keeps the whole name)."""
     width = width or WIDE
-    left, right, lane = 200, 20, 20
+    left, right, lane = (200 if width >= WIDE else 110), 20, 20
     height = 44 + len(spans) * lane
     total = max(total_us or 0, max((b + t for _, b, t, _ in spans), default=0)) or 1
     w = width - left - right
@@ -274,7 +328,7 @@ def timeline_svg(spans, total_us, *, width=None):
         parts.append(_text(X, height - 20, duration_us(t), 11, MUTED, "middle"))
     for i, (label, began, took, color) in enumerate(spans):
         y = 6 + i * lane
-        parts.append(_text(left - 8, y + 12, label, 12, INK, "end"))
+        parts.append(_text(left - 8, y + 12, _fit(label, left - 10, 12), 12, INK, "end"))
         parts.append(f'<rect class="span" x="{left + began / total * w:.1f}" y="{y}" '
                      f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" style="fill:{color}">'
                      f'{_tip(f"{label}: began at {duration_us(began)}, took {duration_us(took)}")}</rect>')

@@ -272,12 +272,11 @@ def summaries(store, names=None) -> list[dict]:
             if os.path.lexists(os.path.join(folder, LOG)):
                 out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
             continue  # a folder being created, or not a run
-        short = log_short(folder, summary)
-        if short is not None:
-            out.append({"run": name, "state": "damaged", "problem": short})
-            continue
         summary["run"] = name
-        if summary["state"] == "running" and not holder_alive(folder):
+        short = log_short(folder, summary)
+        if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
+            summary["state"], summary["problem"] = "damaged", short
+        elif summary["state"] == "running" and not holder_alive(folder):
             summary["state"] = "interrupted"
         out.append(summary)
     return out
