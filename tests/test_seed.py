@@ -62,11 +62,11 @@ def test_the_reference_training_run(tmp_path):
     assert {(f["fact"], f.get("node")) for f in zero if f["fact"] in INSTRUMENT_FACTS} >= {
         ("grad_norm", "body"), ("update_norm", "head"), ("out_zeros", "head"),
     }  # recorded by default (the first updates always), for somatize.diagnose
-    ten = [f for f in facts(store, run="a-run", forward=10) if f["fact"] not in INSTRUMENT_FACTS]
+    ten = [f for f in facts(store, run="a-run", forward=20) if f["fact"] not in INSTRUMENT_FACTS]
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
         ("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("trainer_us", None),
-    ]  # forward 10: an update the instruments do not record, so no node's backward_us
+    ]  # forward 20: an update the instruments do not record (so no node's backward_us), whose clocks are said
     assert all(isinstance(f[k], int) for f in ten for k in ("began_us", "took_us") if k in f)
     assert isinstance(ten[4]["value"], float) and isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0
     assert isinstance(ten[5]["value"], float)  # wall_s: when the step began, seconds since 1970

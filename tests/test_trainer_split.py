@@ -51,46 +51,76 @@ def test_a_watched_step_says_its_objective_backward_and_update_inside_its_traine
     assert sum(s["backward_us"] for s in said) > 0 and sum(s["update_us"] for s in said) > 0
 
 
-def split_record(tmp_path, parts=True):
-    """A record of four Trainer steps with chosen times (no clock): trainer_us
-    and, when `parts`, its objective, backward and update."""
+def test_the_clocks_are_said_on_the_first_ten_steps_and_every_twentieth_not_on_every_step():
+    """Five facts every step cost a Recorder-watched step ~12 µs (bench/RESULTS.md, Trainer):
+    the Trainer says its clocks on the first 10 steps, every 20th, and (whatever the index)
+    a second after the last that did."""
+    seen = []
+    g = built()
+    trainer = Trainer(g, objective=MSE, optimizer=torch.optim.SGD(parameters(g), lr=0.01), watching=seen.append)
+    for b in batches(45):
+        trainer.step(b)
+    steps, told, index = [], set(), 0
+    for f in seen:
+        if f["fact"] == "wall_s":
+            told.add(index)
+        if f["fact"] in PARTS and "node" not in f:
+            steps.append((index, f["fact"]))
+        if f["fact"] == "trainer_us":
+            index += 1
+    assert set(range(10)) | {20, 40} <= told
+    assert len(told) < 45  # every step would have to take over a second
+    assert sorted(steps) == sorted((i, p) for i in told for p in PARTS)  # all three parts with each wall_s
+
+
+CHOSEN = [(100, 10, 50, 30), (200, 20, 110, 60), (300, 30, 160, 90), (400, 40, 230, 120), (500, 50, 300, 140)]
+
+
+def split_record(tmp_path, parts=(0, 2, 4)):
+    """A record of five Trainer steps with chosen times (no clock): trainer_us
+    and, on the steps `parts` names, its objective, backward and update."""
     store = Store(tmp_path / "s")
-    chosen = [(100, 10, 50, 30), (200, 20, 110, 60), (300, 30, 160, 90), (400, 40, 230, 120)]
     with Recorder(store, run="r") as rec:
-        for whole, objective, backward, update in chosen:
+        for i, (whole, objective, backward, update) in enumerate(CHOSEN):
             rec.forward_began()
             rec({"fact": "ran", "node": "body", "began_us": 1, "took_us": 50})
             rec({"fact": "finished", "took_us": 60})
             rec({"fact": "loss", "value": 1.0})
-            if parts:
+            if i in parts:
                 for name, v in zip(PARTS, (objective, backward, update)):
                     rec({"fact": name, "value": v})
             rec({"fact": "trainer_us", "value": whole})
-    return store, chosen
+    return store, CHOSEN
 
 
 def test_spent_cuts_the_trainers_bar_into_its_parts_as_the_record_says(tmp_path):
+    """The shares of the steps that said their parts (the first, warm-up, left out),
+    scaled to the Trainer's whole bar."""
     store, chosen = split_record(tmp_path)
     s = spent(store, run="r")
     (trainer,) = [r for r in s.rows if r["kind"] == "trainer"]
-    totals = [sum(c[i] for c in chosen) for i in range(4)]
-    assert [p["total_us"] for p in trainer["parts"]] == [*totals[1:], totals[0] - sum(totals[1:])]
+    whole = sum(c[0] for c in chosen)
+    told = [chosen[2], chosen[4]]
+    scale = whole / sum(c[0] for c in told)
+    parts = [sum(c[i] for c in told) * scale for i in (1, 2, 3)]
+    assert [p["total_us"] for p in trainer["parts"]] == pytest.approx([*parts, whole - sum(parts)])
     svg = parse(s.to_html()).find(f".//{SVG}svg")
     (bar,) = [b for b in svg.iter(f"{SVG}rect") if b.get("class") == "bar" and b.get("data-kind") == "trainer"]
     cut = [r for r in svg.iter(f"{SVG}rect") if r.get("class") == "part"]
     assert [r.get("data-part") for r in cut] == ["objective_us", "backward_us", "update_us", "rest"]
     widths = [float(r.get("width")) + 1 for r in cut]  # each drawn a pixel short, a gap to the next
-    per_us = float(bar.get("width")) / totals[0]
+    per_us = float(bar.get("width")) / whole
     assert widths == pytest.approx([p["total_us"] * per_us for p in trainer["parts"]], abs=0.15)
+    assert sum(widths) == pytest.approx(float(bar.get("width")), abs=0.15)  # the parts fill the bar
     assert float(cut[0].get("x")) == float(bar.get("x"))
     # what a reader reads under the bar: each part's mean a step
     said = [text_of(t) for t in svg.iter(f"{SVG}text") if t.get("class") == "part-text"]
-    assert [durations(t)[0] for t in said] == pytest.approx([p["total_us"] / 4 for p in trainer["parts"]], rel=5e-3)
+    assert [durations(t)[0] for t in said] == pytest.approx([p["total_us"] / 5 for p in trainer["parts"]], rel=5e-3)
     assert said[1].startswith("backward") and said[2].startswith("optimizer update")
 
 
 def test_an_older_record_without_the_parts_still_draws_the_trainers_bar_whole(tmp_path):
-    store, chosen = split_record(tmp_path, parts=False)
+    store, chosen = split_record(tmp_path, parts=())
     s = spent(store, run="r")
     (trainer,) = [r for r in s.rows if r["kind"] == "trainer"]
     assert trainer["total_us"] == sum(c[0] for c in chosen) and trainer["parts"] is None

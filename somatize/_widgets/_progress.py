@@ -49,9 +49,11 @@ def finite(curve, xs=None):
 
 
 def clock_of(store, run, c):
-    """Seconds since 1970 of each point of the curve `c`: the `wall_s` of the
-    step it came in (the last step begun at or before its forward); NaN
-    before the first step."""
+    """Seconds since 1970 of each point of the curve `c`. The Trainer says
+    `wall_s` on some steps (the first ten, every 20th, and at least once a
+    second: torch/_trainer.py, CLOCKS_*); a point between two of them is
+    placed by its forward, linearly, and one after the last at the pace of
+    the last two. NaN before the first."""
     from somatize._base.errors import SomatizeKeyError, SomatizeValueError
     from somatize.record import curve
 
@@ -62,9 +64,17 @@ def clock_of(store, run, c):
             f"run {run!r} records no step times (the Trainer's {WALL!r} fact, a clock reading at the start "
             f"of each step), so it cannot be drawn over time; draw it over steps with x='step'"
         ) from None
-    at = np.searchsorted(wall.index.to_numpy(), c.index.to_numpy(), side="right") - 1
+    known = wall.index.to_numpy(dtype=np.float64)
     times = wall.to_numpy(dtype=np.float64)
-    return np.where(at >= 0, times[np.maximum(at, 0)], np.nan) if len(times) else np.full(len(c), np.nan)
+    want = c.index.to_numpy(dtype=np.float64)
+    if not len(times):
+        return np.full(len(c), np.nan)
+    out = np.interp(want, known, times)
+    if len(times) >= 2 and known[-1] > known[-2]:  # past the last: at the pace of the last two
+        pace = (times[-1] - times[-2]) / (known[-1] - known[-2])
+        after = want > known[-1]
+        out[after] = times[-1] + (want[after] - known[-1]) * pace
+    return np.where(want >= known[0], out, np.nan)
 
 
 def smoothed(values, weight):

@@ -123,9 +123,18 @@ def _trainer_parts(per_forward):
     if not all(name in per_forward for name, _ in TRAINER_PARTS):
         return None
     told = per_forward[[TRAINER_FACT] + [name for name, _ in TRAINER_PARTS]].dropna()
-    parts = [{"name": name, "label": label, "total_us": float(told[name].sum())} for name, label in TRAINER_PARTS]
+    if len(told) > 1:
+        told = told.iloc[1:]  # the first step is warm-up: it would colour the shares of a short run
+    said = float(told[TRAINER_FACT].sum())
+    if not said:
+        return None
+    # The Trainer says its parts on some steps (torch/_trainer.py, CLOCKS_*): their
+    # shares of those steps' trainer_us, scaled to the Trainer's whole bar.
+    scale = float(per_forward[TRAINER_FACT].sum()) / said
+    parts = [{"name": name, "label": label, "total_us": float(told[name].sum()) * scale}
+             for name, label in TRAINER_PARTS]
     rest = float((told[TRAINER_FACT] - told[[name for name, _ in TRAINER_PARTS]].sum(axis=1)).clip(lower=0).sum())
-    return parts + [{"name": "rest", "label": "the rest (the Trainer's bookkeeping)", "total_us": rest}]
+    return parts + [{"name": "rest", "label": "the rest (the Trainer's bookkeeping)", "total_us": rest * scale}]
 
 
 def _backward_of(store, run, names):
