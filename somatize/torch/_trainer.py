@@ -64,13 +64,12 @@ from . import _state
 from ._instruments import Instruments, due
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
-
 # Which steps say their clocks (wall_s and the three parts): the first
 # CLOCKS_FIRST, every CLOCKS_EVERY-th, and any step that begins
 # CLOCKS_AT_MOST_NS after the last that did (a slow run still gets one a
-# second). Five facts every step cost a Recorder-watched step ~12 µs
-# (bench_trainer --per-step: x1.046-1.059 against x1.028-1.042 before they
-# existed); sampled, the time axis is interpolated between them
+# second). Said every step they were four more facts a step for a Recorder
+# to take, encode and write (bench/RESULTS.md, Trainer: what a step costs
+# now); sampled, the time axis is interpolated between them
 # (_widgets._progress.clock_of) and spent scales their shares to the
 # Trainer's whole bar. The indexes make the record of a run the same
 # whatever the machine's speed; the clock only adds steps.
