@@ -17,7 +17,6 @@ calls; "first time" builds a new reader each call (nothing cached).
 from __future__ import annotations
 
 import logging
-import statistics
 import sys
 import tempfile
 import time
@@ -29,13 +28,10 @@ RUNS = 200 if QUICK else 1_000
 REPEAT = 3 if QUICK else 7
 
 
-def median_ms(fn, repeat=REPEAT):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * statistics.median(times)
+def median_ms(fn):
+    from bench_browser import median_ms as median  # this folder is on sys.path: one timing helper
+
+    return median(fn, repeat=REPEAT)
 
 
 def somatize_runs(root: Path):
