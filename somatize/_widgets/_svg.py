@@ -264,15 +264,7 @@ def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
                     f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
         body.append(_text(w + 6, y + bar_h - 3, _fit(r["text"], width - w - 6, 11), 11, MUTED))
         if r.get("parts"):
-            x = 0.0
-            for p in r["parts"]:  # the parts over the bar, as the wide layout draws them
-                pw = p["value"] * per
-                shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
-                body.append(f'<rect x="{x:.1f}" y="{y}" width="{pw:.1f}" height="{bar_h}" style="fill:{SURFACE}"/>')
-                body.append(f'<rect class="part" x="{x:.1f}" y="{y}" width="{max(0.0, pw - 1):.1f}" '
-                            f'height="{bar_h}" style="{shade}" data-part="{escape(p["name"])}">'
-                            f'{_tip(p.get("tip"))}</rect>')
-                x += pw
+            body.extend(_part_rects(r["parts"], 0, y, bar_h, per))
             said, line = 0.0, y + bar_h + 4
             for p in r["parts"]:
                 need = 12 + 0.56 * 10 * len(p["text"]) + 10
@@ -295,9 +287,9 @@ def _fit(text, room, size):
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _bar_parts(cut, left, y, bar_h, per):
-    """A bar's parts drawn over it, left to right, and said in a line below it, each after a swatch of its shade."""
-    out, x, said = [], float(left), float(left)
+def _part_rects(cut, left, y, bar_h, per):
+    """A bar's parts drawn over it, left to right, each a pixel short (a gap to the next)."""
+    out, x = [], float(left)
     for p in cut:
         w = p["value"] * per
         shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
@@ -306,6 +298,14 @@ def _bar_parts(cut, left, y, bar_h, per):
         out.append(f'<rect class="part" x="{x:.1f}" y="{y}" width="{max(0.0, w - 1):.1f}" height="{bar_h}" '
                    f'style="{shade}" data-part="{escape(p["name"])}">{_tip(p.get("tip"))}</rect>')
         x += w
+    return out
+
+
+def _bar_parts(cut, left, y, bar_h, per):
+    """A bar's parts drawn over it, left to right, and said in a line below it, each after a swatch of its shade."""
+    out, said = _part_rects(cut, left, y, bar_h, per), float(left)
+    for p in cut:
+        shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
         out.append(f'<rect x="{said:.1f}" y="{y + bar_h + 4}" width="9" height="9" style="{shade}"/>')
         out.append(_text(said + 12, y + bar_h + 12, p["text"], 10, MUTED, extra='class="part-text"'))
         said += 12 + 5.6 * len(p["text"]) + 10
