@@ -87,7 +87,9 @@ class BackwardClock:
         self._stamps.clear()
 
     def hand_over(self):
-        """The step's facts: one ``backward_us`` per node that received a gradient."""
+        """The step's facts: one ``backward_us`` per node that received a
+        gradient; then disarmed until a hook is put on an output again."""
+        self.armed = False
         if not self._spent:
             return
         emit = self.emit

@@ -153,9 +153,9 @@ class Trainer:
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
-        self._plain = self._fast and not self._watched  # nobody reads the times: no clocks
-        self._began_s = 0.0  # the clock when the step began (when watched): its wall_s
-        self._split = [0, 0, 0]  # ns of this step in the objective, the backward, the update (when watched)
+        self._clocks = False  # whether the step under way says its clocks (CLOCKS_*)
+        self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
+        self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
@@ -171,19 +171,28 @@ class Trainer:
         """Forward, loss, backward; an update when the group closes.
         Returns the loss of the whole batch as a float."""
         began = perf_counter_ns()
-        self._began_s = time() if self._watched else 0.0
         x, y = self._pair(batch)
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
-        self._split[:] = (0, 0, 0)
+        # Whether this step says its clocks (CLOCKS_*): only such a step is
+        # timed part by part; the others time only their forwards.
+        clocks = self._clocks = self._watched and (
+            index < CLOCKS_FIRST or index % CLOCKS_EVERY == 0 or began >= self._clocks_due)
+        if clocks:
+            self._clocks_due = began + CLOCKS_AT_MOST_NS
+            self._began_s = time()
+            self._split[:] = (0, 0, 0)
         if self._instruments is not None:
             self._instrument()
         try:
-            if self._plain:
+            if self._fast and not clocks:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
-                _backward(loss, index)
+                if self._clock is not None and self._clock.armed:
+                    self._backward(loss, index)
+                else:
+                    _backward(loss, index)
                 self._update()
                 updated = True
             elif self._fast:
@@ -212,7 +221,7 @@ class Trainer:
         unit = 1.0 / (self.every * self._first_n)
         value = 0.0
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
-        split, now = self._split, perf_counter_ns if self._watched else _no_clock
+        split, now = self._split, perf_counter_ns if self._clocks else _no_clock
         for xi, yi in pieces:
             out = self._forward(xi)
             t = now()
@@ -249,7 +258,7 @@ class Trainer:
 
     def _backward(self, loss, index):
         clock = self._clock
-        if clock is None or not clock.armed:
+        if clock is None or not clock.armed:  # armed only on the instruments' recorded steps
             return _backward(loss, index)
         clock.began()
         _backward(loss, index)
@@ -400,7 +409,8 @@ class Trainer:
         inst = self._instruments
         if not inst.started:
             inst.start()
-        inst.clock.reset()
+        if inst.clock.armed:  # a step that raised left it armed
+            inst.clock.reset()
         self._watchers.output = inst.output if due(self.updates) else None
 
     def _value(self, loss, index):
@@ -427,15 +437,13 @@ class Trainer:
         if updated:
             emit({"fact": "updated"})
         emit({"fact": "loss", "value": value})
-        index = self.steps - 1
-        if index < CLOCKS_FIRST or index % CLOCKS_EVERY == 0 or began >= self._clocks_due:
-            self._clocks_due = began + CLOCKS_AT_MOST_NS
+        if self._clocks:
             emit({"fact": "wall_s", "value": self._began_s})
             objective, backward, update = self._split
             emit({"fact": "objective_us", "value": objective // 1000})
             emit({"fact": "backward_us", "value": backward // 1000})
             emit({"fact": "update_us", "value": update // 1000})
-        if self._clock is not None:
+        if self._clock is not None and self._clock.armed:
             self._clock.hand_over()
         # Taken last so that handing the facts above to the watchers counts too.
         emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
