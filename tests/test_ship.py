@@ -1,4 +1,4 @@
-"""What people install works as it says, each in a fresh venv made here.
+"""What people install works as it says: the wheel, in a fresh venv made here.
 
 - The wheel (`pip wheel . --no-deps`, built once from a copy of this
   checkout's files, as a fresh clone has them) holds the prebuilt lab
@@ -9,122 +9,32 @@
   extensions listed enabled and OK, and a real JupyterLab from that venv shows
   the sidebar's runs and draws a panel in Chromium), then `[torch]` (the
   README's tour), then `[dask]`.
-- binder/: a venv built only from its files, by its steps in order; every
-  notebook 01-05 runs on that venv's kernel, both extensions are enabled, and
-  the lab it configures opens on notebooks/ with the demo store's runs.
 
-The tests share the venvs through module fixtures and run in file order
-(each stage only adds). Every subprocess has a generous timeout: a guard
-against a hang, not a measurement. pip's cache keeps the installs short.
+binder/'s recipe is tests/test_binder.py; the helpers both use (a fresh venv
+with no build tool on its PATH, a fresh copy of the checkout) are
+tests/shiptools.py. The tests share the venv through module fixtures and run
+in file order (each stage only adds). Every subprocess has a generous
+timeout: a guard against a hang, not a measurement. pip's cache keeps the
+installs short.
 """
 
-import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-import urllib.request
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, TOKEN, accept_kernel_dialog, serving_lab
-from nbexec import execute
-
-GUARD_S = 1200  # pip on a busy machine; a guard against a hang, not a measurement
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-5]-*.ipynb"))
-# what only a build needs, and what a lab installed from a wheel must not find
-BUILD_TOOLS = {"node", "nodejs", "npm", "npx", "yarn", "jlpm"}
-
-
-def run(argv, env, cwd=None, timeout=GUARD_S):
-    done = subprocess.run([str(a) for a in argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    out = ANSI.sub("", done.stdout + done.stderr)
-    assert done.returncode == 0, f"{' '.join(map(str, argv))} failed ({done.returncode}):\n{out[-6000:]}"
-    return out
-
-
-def outside_env(**extra):
-    """This process's environment without what points Python at this checkout
-    or at another venv; pip's own settings (indexes, cache) stay."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    return {**env, **extra}
-
-
-def fresh_copy(dest):
-    """This checkout's files as a fresh clone has them (tracked, and new ones
-    git does not ignore; no .venv, node_modules or built extension)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True, timeout=120).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = ROOT / rel
-        if src.is_file():  # a file deleted but not yet committed is listed and absent
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
-class Venv:
-    """A fresh venv, and a PATH for it that holds no build tool: a folder of
-    links to its commands but node, npm, jlpm and the like (and no python:
-    every call names the venv's own)."""
-
-    def __init__(self, path):
-        run([sys.executable, "-m", "venv", path], outside_env())
-        self.path = path
-        self.python = path / "bin" / "python"
-        self.home = path.parent / f"{path.name}-home"
-        self.home.mkdir()
-        self.extras = []
-
-    def install(self, *requirements):
-        run([self.python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements], outside_env())
-
-    def no_build_tools_env(self):
-        tools = self.path.parent / f"{self.path.name}-path"
-        shutil.rmtree(tools, ignore_errors=True)
-        tools.mkdir()
-        for command in (self.path / "bin").iterdir():
-            if command.name not in BUILD_TOOLS and not command.name.startswith(("python", "activate")):
-                (tools / command.name).symlink_to(command)
-        j = self.home / "jupyter"
-        return {"PATH": str(tools), "HOME": str(self.home), "LANG": "C.UTF-8",
-                "JUPYTER_CONFIG_DIR": str(j / "config"), "JUPYTER_DATA_DIR": str(j / "data"),
-                "JUPYTER_RUNTIME_DIR": str(j / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(j / "settings"),
-                "JUPYTERLAB_WORKSPACES_DIR": str(j / "workspaces"), "IPYTHONDIR": str(self.home / "ipython")}
-
-    def py(self, code, cwd=None):
-        """Run `code` on the venv's Python with no build tool on PATH; its stdout's last line, as JSON."""
-        out = run([self.python, "-c", code], self.no_build_tools_env(), cwd=cwd)
-        return json.loads(out.strip().splitlines()[-1])
-
-    def jupyter(self, *args):
-        return run([self.path / "bin" / "jupyter", *args], self.no_build_tools_env())
-
-
-def extension_listings(jupyter):
-    """(our line of `jupyter labextension list`, `jupyter server extension list`)."""
-    labs = jupyter("labextension", "list")
-    ours = [line for line in labs.splitlines() if line.split()[:1] == ["somatize"]]
-    assert ours, f"`jupyter labextension list` does not list somatize:\n{labs}"
-    return ours[0], jupyter("server", "extension", "list")
-
-
-def assert_both_extensions_enabled_and_ok(jupyter):
-    lab, server = extension_listings(jupyter)
-    assert "enabled" in lab and "OK" in lab, lab
-    assert re.search(r"somatize\._server\s+enabled", server), server
-    assert re.search(r"somatize\._server\s+OK", server), server
-
-
-def get(url, path):
-    with urllib.request.urlopen(urllib.request.Request(f"{url}{path}", headers={"Authorization": f"token {TOKEN}"}),
-                                timeout=60) as r:
-        return json.load(r)
-
+from shiptools import (
+    BUILD_TOOLS,
+    Venv,
+    assert_both_extensions_enabled_and_ok,
+    extension_listings,
+    fresh_copy,
+    outside_env,
+    run,
+)
 
 # ---- the wheel ---------------------------------------------------------------------------
 
@@ -364,57 +274,3 @@ def test_the_dask_extra_brings_a_cluster(with_dask):
                        "with Client(processes=False, dashboard_address=None) as c:\n"
                        "    print(json.dumps(c.gather(c.map(lambda x: x * x, range(4)))))")
     assert got == [0, 1, 4, 9]
-
-
-# ---- binder/ --------------------------------------------------------------------------------
-
-PYTORCH_CPU = "https://download.pytorch.org/whl/cpu"
-
-
-@pytest.fixture(scope="module")
-def binder(tmp_path_factory):
-    """A venv built only from binder/'s files, by repo2docker's steps in order,
-    in a fresh copy of the repository (postBuild runs there, with node, as in
-    repo2docker's image)."""
-    repo = fresh_copy(tmp_path_factory.mktemp("binder-repo"))
-    spec = repo / "binder"
-    assert (spec / "runtime.txt").read_text().split() == ["python-3.11"]
-    assert sys.version_info[:2] == (3, 11)  # the venv below is this Python's
-    venv = Venv(tmp_path_factory.mktemp("binder") / "venv")
-    lines = [line.strip() for line in (spec / "requirements.txt").read_text().splitlines()]
-    wanted = [line for line in lines if line and not line.startswith("#")]
-    assert f"--extra-index-url {PYTORCH_CPU}" in wanted
-    (torch,) = [line for line in wanted if line.startswith("torch")]
-    assert re.fullmatch(r"torch==\d+\.\d+\.\d+\+cpu", torch), f"{torch}: not pinned to a CPU build"
-    # that index is out of reach here; this machine's own index has the same CPU build
-    reachable = venv.home / "requirements-here.txt"
-    reachable.write_text("\n".join(line for line in wanted if PYTORCH_CPU not in line) + "\n")
-    venv.install("-r", reachable)
-    env = outside_env(PATH=f"{venv.path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    run(["bash", spec / "postBuild"], env, cwd=repo)
-    return repo, venv
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_binder_runs_every_notebook(binder, name):
-    repo, venv = binder
-    nb = nbformat.read(repo / "notebooks" / name, as_version=4)
-    execute(nb, repo / "notebooks", timeout=900, python=venv.python, env=venv.no_build_tools_env())
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert errors == []
-
-
-def test_binder_enables_both_extensions_and_opens_on_the_notebooks_with_the_demo_runs(binder, tmp_path):
-    repo, venv = binder
-    assert_both_extensions_enabled_and_ok(venv.jupyter)
-    # started in the repository with no root given: the lab's own config must make notebooks/ its root
-    with serving_lab([venv.path / "bin" / "jupyter-lab"], repo, venv.no_build_tools_env(), tmp_path / "lab.log",
-                     root_dir=False) as url:
-        top = {item["name"] for item in get(url, "/api/contents")["content"]}
-        assert set(NOTEBOOKS) <= top and "demo-store" in top
-        (store,) = get(url, "/somatize/stores")["stores"]
-        assert store["path"] == "demo-store"
-        rows = get(url, f"/somatize/stores/{store['id']}/runs")["runs"]
-    assert {row["run"]: row["state"] for row in rows} == {
-        "demo-smooth": "finished", "demo-noisy": "finished", "demo-interrupted": "interrupted",
-        "demo-damaged": "damaged"}
