@@ -280,7 +280,7 @@ def interleaved(steps):
             tr._update()
             t6 = clock()
             if tr._watched:
-                tr._facts(value, True, began)
+                tr._facts(value, True, began, False)  # most steps say no clocks (CLOCKS_*)
             return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)
 
         return step, tr.step

@@ -36,6 +36,7 @@ from ._runs import (
     SERIES,
     existing_folder,
     live_recorder,
+    log_short,
     store_root,
     summaries,
     summary_or_damage,
@@ -81,13 +82,9 @@ class _Run:
         log holds the bytes they were counted from."""
         if self.live:
             return
-        try:
-            size = _files.file_size(self.folder / LOG)
-        except _files.NotAFile as e:
-            raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
-        if size < self.committed["log_bytes"]:
-            raise self.damaged(self.folder / LOG,
-                               f"holds {size} bytes, fewer than the {self.committed['log_bytes']} its summary counts")
+        short = log_short(self.folder, self.committed["log_bytes"])
+        if short is not None:
+            raise self.damaged(self.folder / LOG, short)
 
     def entries(self):
         """(index entries of every whole block, count of forwards)."""

@@ -211,26 +211,23 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def log_short(folder, summary) -> str | None:
-    """What is wrong when the run's log holds fewer bytes than its summary
-    counts (a log truncated or replaced after the flush that wrote the
-    summary), else None. One lstat: a listing stays one stat a run more than
+def log_short(folder, log_bytes) -> str | None:
+    """What is wrong with the run's log, said of facts.log, when it cannot hold
+    the ``log_bytes`` its summary counts (cut or replaced after that summary
+    was written, or not a regular file), else None. The one check of it: the
+    listing marks such a run damaged, a query that needs the whole log raises
+    ``DamagedError``. One lstat, so a listing stays one stat a run more than
     the summaries it reads. The log is written and fsynced before the summary
     that counts it, so a sound run never reads short, even while it runs."""
     try:
-        st = os.lstat(os.path.join(folder, LOG))
-    except FileNotFoundError:
-        size = 0
+        size = _store_files.regular_size(os.path.join(folder, LOG)) or 0
+    except _store_files.Refused as e:
+        return f"is not a regular file ({e})"
     except OSError as e:
-        return f"{LOG} cannot be read ({e.strerror}); run `somatize check` on the store"
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            return f"{LOG} is not a regular file; run `somatize check` on the store"
-        size = st.st_size
-    want = summary.get("log_bytes") or 0
-    if size < want:
-        return (f"{LOG} holds {size} bytes, fewer than the {want} its {SUMMARY} counts: it was cut "
-                "or replaced after it was written; run `somatize check` on the store")
+        return f"cannot be read ({e.strerror})"
+    if size < log_bytes:
+        return (f"holds {size} bytes, fewer than the {log_bytes} its {SUMMARY} counts: it was cut "
+                "or replaced after it was written")
     return None
 
 
@@ -273,9 +270,10 @@ def summaries(store, names=None) -> list[dict]:
                 out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
             continue  # a folder being created, or not a run
         summary["run"] = name
-        short = log_short(folder, summary)
+        short = log_short(folder, summary.get("log_bytes") or 0)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
-            summary["state"], summary["problem"] = "damaged", short
+            summary["state"] = "damaged"
+            summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
         elif summary["state"] == "running" and not holder_alive(folder):
             summary["state"] = "interrupted"
         out.append(summary)

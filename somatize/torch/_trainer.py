@@ -153,7 +153,6 @@ class Trainer:
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1
-        self._clocks = False  # whether the step under way says its clocks (CLOCKS_*)
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
@@ -177,7 +176,7 @@ class Trainer:
         self._in_graph = 0
         # Whether this step says its clocks (CLOCKS_*): only such a step is
         # timed part by part; the others time only their forwards.
-        clocks = self._clocks = self._watched and (
+        clocks = self._watched and (
             index < CLOCKS_FIRST or index % CLOCKS_EVERY == 0 or began >= self._clocks_due)
         if clocks:
             self._clocks_due = began + CLOCKS_AT_MOST_NS
@@ -189,39 +188,36 @@ class Trainer:
             if self._fast and not clocks:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
-                if self._clock is not None and self._clock.armed:
-                    self._backward(loss, index)
-                else:
-                    _backward(loss, index)
+                self._backward(loss, index)
                 self._update()
                 updated = True
             elif self._fast:
                 value = self._timed(x, y, index)
                 updated = True
             else:
-                value, updated = self._grouped(x, y, index)
+                value, updated = self._grouped(x, y, index, clocks)
         except NonFiniteLoss as e:
             self._drop()
             if self._watched:
-                self._facts(e.loss, False, began)
+                self._facts(e.loss, False, began, clocks)
             raise
         except BaseException:
             self._drop()
             raise
         if self._watched:
-            self._facts(value, updated, began)
+            self._facts(value, updated, began, clocks)
         if self._keep_every and self.steps % self._keep_every == 0:
             self.keep_state()
         return value
 
-    def _grouped(self, x, y, index):
+    def _grouped(self, x, y, index, clocks):
         n = _count(x, y, self.micro, index)
         if self._open == 0:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
         value = 0.0
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
-        split, now = self._split, perf_counter_ns if self._clocks else _no_clock
+        split, now = self._split, perf_counter_ns if clocks else _no_clock
         for xi, yi in pieces:
             out = self._forward(xi)
             t = now()
@@ -432,12 +428,12 @@ class Trainer:
             raise e
         return value
 
-    def _facts(self, value, updated, began):
+    def _facts(self, value, updated, began, clocks):
         emit = self._watchers.emit
         if updated:
             emit({"fact": "updated"})
         emit({"fact": "loss", "value": value})
-        if self._clocks:
+        if clocks:
             emit({"fact": "wall_s", "value": self._began_s})
             objective, backward, update = self._split
             emit({"fact": "objective_us", "value": objective // 1000})
