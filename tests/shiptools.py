@@ -19,11 +19,13 @@ NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-5]-*.ipynb"))
 BUILD_TOOLS = {"node", "nodejs", "npm", "npx", "yarn", "jlpm"}
 
 
-def run(argv, env, cwd=None, timeout=GUARD_S):
+def run(argv, env, cwd=None, timeout=GUARD_S, stdout_only=False):
+    """The command's output (stdout, then stderr; or stdout alone), once it
+    has exited 0."""
     done = subprocess.run([str(a) for a in argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     out = ANSI.sub("", done.stdout + done.stderr)
     assert done.returncode == 0, f"{' '.join(map(str, argv))} failed ({done.returncode}):\n{out[-6000:]}"
-    return out
+    return ANSI.sub("", done.stdout) if stdout_only else out
 
 
 def outside_env(**extra):
@@ -76,9 +78,14 @@ class Venv:
                 "JUPYTERLAB_WORKSPACES_DIR": str(j / "workspaces"), "IPYTHONDIR": str(self.home / "ipython")}
 
     def py(self, code, cwd=None):
-        """Run `code` on the venv's Python with no build tool on PATH; its stdout's last line, as JSON."""
-        out = run([self.python, "-c", code], self.no_build_tools_env(), cwd=cwd)
-        return json.loads(out.strip().splitlines()[-1])
+        """Run `code` on the venv's Python with no build tool on PATH; its
+        stdout's last line, as JSON. Only stdout: what a library logs to stderr
+        as it shuts down (Dask's cluster on a busy machine logs a TimeoutError
+        after the answer is printed, and exits 0) is not the answer."""
+        out = run([self.python, "-c", code], self.no_build_tools_env(), cwd=cwd, stdout_only=True)
+        lines = out.strip().splitlines()
+        assert lines, f"{code!r} printed nothing on stdout"
+        return json.loads(lines[-1])
 
     def jupyter(self, *args):
         return run([self.path / "bin" / "jupyter", *args], self.no_build_tools_env())

@@ -109,6 +109,12 @@ def test_the_core_install_pulls_neither_torch_nor_jupyter(core):
     assert installed & heavy == set()
 
 
+def test_an_answer_is_read_from_stdout_alone(core):
+    # CI once failed here: Dask's cluster printed its answer, then logged a
+    # TimeoutError to stderr as it shut down on a busy machine, and exited 0
+    assert core.py("import json, sys\nprint(json.dumps([1]))\nprint('TimeoutError: Timeout', file=sys.stderr)") == [1]
+
+
 CORE_RUN = r"""
 import json, pathlib, sys, numpy as np
 import somatize
