@@ -128,3 +128,35 @@ def accept_kernel_dialog(page):
         accept.first.click()
     except PlaywrightTimeout:
         pass
+
+
+# ---- the run browser's sidebar, in a page -----------------------------------------------
+
+def open_sidebar(page, url, where="lab"):
+    """Open the lab at ``where`` (``lab/tree/x.ipynb``: with that notebook),
+    then the run browser's sidebar."""
+    page.goto(f"{url}/{where}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook" if "/tree/" in where else ".jp-Launcher", timeout=90_000)
+    page.add_style_tag(content=".Toastify { display: none !important; }")  # the news question, over the shots
+    page.locator(".lm-TabBar-tab[data-id='somatize-sidebar']").click()
+    page.locator("#somatize-sidebar").wait_for(timeout=30_000)
+
+
+def theme(page, name, light):
+    """Switch the lab to the theme ``name`` from its Settings menu."""
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=name).first.click()
+    page.wait_for_selector(f"body[data-jp-theme-light='{str(light).lower()}']", state="attached", timeout=30_000)
+
+
+def shoot(page, stem, readme=None):
+    """Screenshots of the page 1400 and 800 px wide, to ``stem``-1400.png and
+    ``stem``-800.png; the 1400 one also becomes the README's ``readme``."""
+    Path(stem).parent.mkdir(parents=True, exist_ok=True)
+    for width in (1400, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(300)  # a frame for the layout to follow; the picture is for a person
+        page.screenshot(path=f"{stem}-{width}.png")
+        if readme and width == 1400:
+            for_readme(f"{stem}-{width}.png", readme)

@@ -19,7 +19,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, LIVE_CHILD, ROOT, TOKEN, accept_kernel_dialog, for_readme, running_lab
+from labtools import (
+    ARTIFACTS,
+    CHROMIUM,
+    FLAGS,
+    LIVE_CHILD,
+    ROOT,
+    accept_kernel_dialog,
+    open_sidebar,
+    running_lab,
+    shoot,
+    theme,
+)
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -92,30 +103,6 @@ def runs_root(tmp_path):
     return root
 
 
-def open_sidebar(page, url):
-    page.goto(f"{url}/lab/tree/runs.ipynb?token={TOKEN}")
-    page.wait_for_selector(".jp-Notebook", timeout=90_000)
-    page.add_style_tag(content=".Toastify { display: none !important; }")
-    page.locator(".lm-TabBar-tab[data-id='somatize-sidebar']").click()
-    page.locator("#somatize-sidebar").wait_for(timeout=30_000)
-
-
-def theme(page, name, light):
-    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Theme").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text=name).first.click()
-    page.wait_for_selector(f"body[data-jp-theme-light='{str(light).lower()}']", state="attached", timeout=30_000)
-
-
-def shoot(page, name):
-    for width in (1400, 800):
-        page.set_viewport_size({"width": width, "height": 900})
-        page.wait_for_timeout(300)  # a frame for the layout to follow; the picture is for a person
-        page.screenshot(path=SIDEBAR_SHOTS / f"{name}-{width}.png")
-        if (name, width) == ("light", 1400):
-            for_readme(SIDEBAR_SHOTS / f"{name}-{width}.png", "run-browser.png")
-
-
 def assert_fits_the_panel(page, width):
     """At the panel's default width for a window ``width`` px wide: every
     shown header and cell inside the sidebar, no table scrolling sideways,
@@ -151,7 +138,7 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.on("request", lambda r: stray.append(r.url) if r.url.split("?")[0].rsplit("/", 1)[-1] == "x" else None)
             try:
-                open_sidebar(page, url)
+                open_sidebar(page, url, "lab/tree/runs.ipynb")
                 side = page.locator("#somatize-sidebar")
                 for run in ("alpha", "beta", "live", "sick", "inert"):
                     side.locator(f"tr.smz-row[data-run='{run}']").wait_for(timeout=30_000)
@@ -223,9 +210,9 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 panel.locator(".smz-findings-run[data-run='beta'] .smz-empty").wait_for(timeout=30_000)
                 assert panel.locator(".smz-findings-run .smz-empty").all_text_contents() == ["No finding."] * 2
                 theme(page, "JupyterLab Light", True)
-                shoot(page, "light")
+                shoot(page, SIDEBAR_SHOTS / "light")
                 theme(page, "JupyterLab Dark", False)
-                shoot(page, "dark")
+                shoot(page, SIDEBAR_SHOTS / "dark")
                 page.set_viewport_size({"width": 1400, "height": 900})
 
                 # the panel dragged wide: the table unfolds, every column shown, still inside
@@ -292,7 +279,7 @@ def test_sidebar_names_the_command_when_the_server_extension_is_off(runs_root, t
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            open_sidebar(page, url)
+            open_sidebar(page, url, "lab/tree/runs.ipynb")
             message = page.locator("#somatize-sidebar .smz-message")
             page.wait_for_function(
                 "() => document.querySelector('#somatize-sidebar .smz-message')?.textContent.includes('extension')",

@@ -1,0 +1,72 @@
+"""The main job's store in the run browser, as a person first sees it: the
+demo runs (`python -m somatize.demo --record`, what `scripts/demo` and
+Binder record) in a real `jupyter lab` and Debian's Chromium. The sidebar
+shows each run's state by its sign and word, a damaged run's tooltip names
+the file that is wrong and what still reads, and the two finished runs open side by side.
+This is the README's picture of the run browser (docs/screenshots/
+run-browser.png); light and dark, 1400 and 800 px, go to
+test-artifacts/demo-lab/."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, open_sidebar, running_lab, shoot, theme
+
+SHOTS = ARTIFACTS / "demo-lab"
+STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),
+          "demo-interrupted": ("interrupted", "⏸"), "demo-damaged": ("damaged", "✗")}
+
+
+@pytest.fixture
+def notebooks(tmp_path):
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    root = tmp_path / "notebooks"
+    subprocess.run([sys.executable, "-m", "somatize.demo", "--record", "--store", str(root / "demo-store")],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    return root
+
+
+def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with running_lab(notebooks, tmp_path) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        try:
+            open_sidebar(page, url)
+            side = page.locator("#somatize-sidebar")
+            for run in STATES:
+                side.locator(f"tr.smz-row[data-run='{run}']").wait_for(timeout=30_000)
+            assert side.locator("h3.smz-store-name").all_text_contents() == ["demo-store"]
+            shown = {}
+            for run in STATES:
+                row = side.locator(f"tr.smz-row[data-run='{run}']")
+                shown[run] = (row.get_attribute("data-state"), row.locator(".smz-state").text_content())
+                assert f"({shown[run][0]})" in row.locator(".smz-sr").text_content()  # the word, for a reader
+            assert shown == STATES
+            damaged = side.locator("tr.smz-row[data-run='demo-damaged'] td[data-col='run']").get_attribute("title")
+            # it names the file that is wrong, and what still reads
+            assert damaged.startswith("demo-damaged: damaged\n"), damaged
+            assert "runs/demo-damaged/summary.json is not JSON" in damaged and "facts(store, run)" in damaged, damaged
+
+            side.locator("tr.smz-row[data-run='demo-smooth']").click()
+            side.locator("tr.smz-row[data-run='demo-noisy']").click(modifiers=["Control"])
+            side.locator("button", has_text="Open").click()
+            panel = page.locator(".somatize-runs-panel").last
+            panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
+            assert panel.locator("polyline.smz-curve").count() == 2
+            assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["demo-noisy", "demo-smooth"]
+            panel.locator(".smz-findings-run[data-run='demo-noisy']").wait_for(timeout=30_000)
+            theme(page, "JupyterLab Light", True)
+            shoot(page, SHOTS / "light", readme="run-browser.png")
+            theme(page, "JupyterLab Dark", False)
+            shoot(page, SHOTS / "dark")
+            assert dialogs == []
+        finally:
+            page.screenshot(path=SHOTS / "page.png")
+            browser.close()
