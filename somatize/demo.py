@@ -44,7 +44,9 @@ class Smooth(Node):
         self.kernel = np.ones(width) / width
 
     def forward(self, x, ctx):
-        return np.convolve(x, self.kernel, mode="same")
+        out = np.convolve(x, self.kernel, mode="same")
+        ctx.fact("roughness", value=float(np.std(x - out)))  # what the smoothing took off
+        return out
 
 
 class Spectrum(Node):
@@ -67,20 +69,28 @@ def build():
     )
 
 
-def signals(count=64, seed=0):
+def signals(count=64, seed=0, noise=0.3):
     rng = np.random.default_rng(seed)
-    return [np.sin(np.linspace(0, 2 * np.pi * (3 + i % 5), 256)) + 0.3 * rng.standard_normal(256) for i in range(count)]
+    return [np.sin(np.linspace(0, 2 * np.pi * (3 + i % 5), 256)) + noise * rng.standard_normal(256)
+            for i in range(count)]
 
 
-def record(store, run, forwards, seed=0, pause=0.0, die_after=None):
-    """``forwards`` forwards of the demo graph into ``run``; ``pause`` seconds
-    between two (a run that goes on for a while); ``die_after``: the process
-    kills itself with SIGKILL after that many forwards (an interrupted run)."""
+def record(store, run, forwards, seed=0, settle=800, pause=0.0, die_after=None):
+    """``forwards`` forwards of the demo graph into ``run``. The noise on its
+    signals dies away over about ``settle`` forwards, so the roughness the
+    smoother takes off falls as a loss does; ``seed`` and ``settle`` are the
+    run's recorded config. ``pause``: seconds between two forwards (a run that
+    goes on for a while); ``die_after``: the process kills itself with SIGKILL
+    after that many forwards (an interrupted run)."""
     g = build()
-    xs = signals(seed=seed)
-    with Recorder(store, run=run, summarising=["energy"]) as recorder:
+    waves = signals(seed=seed, noise=0.0)
+    rng = np.random.default_rng(seed)
+    config = {"seed": seed, "settle": settle}
+    with Recorder(store, run=run, summarising=["roughness", "energy"], config=config) as recorder:
         for i in range(forwards):
-            g.forward(xs[i % len(xs)] * (1 + 0.002 * i), watching=recorder)
+            noise = 0.08 + 0.6 * np.exp(-i / settle)
+            x = waves[i % len(waves)] + noise * rng.standard_normal(len(waves[0]))
+            g.forward(x, watching=recorder)
             if die_after is not None and i + 1 == die_after:
                 recorder.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -102,15 +112,15 @@ def demo_runs(store, running_for=600.0):
     for run in store.runs():
         if run.startswith("demo-"):  # the demo's own runs of a previous time
             shutil.rmtree(Path(store.path) / "runs" / run)
-    record(store, "demo-smooth", 3_000, seed=0)
-    record(store, "demo-noisy", 2_000, seed=1)
+    record(store, "demo-smooth", 3_000, seed=0, settle=300)
+    record(store, "demo-noisy", 2_000, seed=1, settle=1_200)
     broken = "demo-damaged"
     record(store, broken, 200, seed=2)
     (Path(store.path) / "runs" / broken / "summary.json").write_bytes(b'{"format": 2, "sta')  # cut short, on purpose
     _child(store.path, "demo-interrupted", 100_000, seed=3, die_after=500).wait(120)
     if running_for is None:
         return None
-    return _child(store.path, "demo-running", int(running_for / 0.05), seed=4, pause=0.05)
+    return _child(store.path, "demo-running", int(running_for / 0.05), seed=4, settle=3_000, pause=0.05)
 
 
 def lab(store, root):

@@ -132,6 +132,17 @@ def accept_kernel_dialog(page):
 
 # ---- the run browser's sidebar, in a page -----------------------------------------------
 
+# A JS function of a run's name element: whether the name is cut, its text
+# running past what its own box or its name line shows. Measured on the text,
+# as an inline box has no scroll width to compare.
+NAME_CUT = r"""(n) => {
+  const r = document.createRange();
+  r.selectNodeContents(n);
+  const shows = Math.min(n.getBoundingClientRect().right, n.closest('.smz-name-line').getBoundingClientRect().right);
+  return r.getBoundingClientRect().right > shows + 0.5;
+}"""
+
+
 def open_sidebar(page, url, where="lab"):
     """Open the lab at ``where`` (``lab/tree/x.ipynb``: with that notebook),
     then the run browser's sidebar."""

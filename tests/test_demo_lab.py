@@ -1,8 +1,10 @@
 """The main job's store in the run browser, as a person first sees it: the
 demo runs (`python -m somatize.demo --record`, what `scripts/demo` and
 Binder record) in a real `jupyter lab` and Debian's Chromium. The sidebar
-shows each run's state by its sign and word, a damaged run's tooltip names
-the file that is wrong and what still reads, and the two finished runs open side by side.
+shows each run's state by its sign and word and its name whole, a damaged
+run's tooltip names the file that is wrong and what still reads, and the two
+finished runs open side by side: their summarised fact's curves, bars of one
+length, their configs key by key.
 This is the README's picture of the run browser (docs/screenshots/
 run-browser.png); light and dark, 1400 and 800 px, go to
 test-artifacts/demo-lab/."""
@@ -12,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, ROOT, open_sidebar, running_lab, shoot, theme
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, NAME_CUT, ROOT, open_sidebar, running_lab, shoot, theme
 
 SHOTS = ARTIFACTS / "demo-lab"
 STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),
-          "demo-interrupted": ("interrupted", "⏸"), "demo-damaged": ("damaged", "✗")}
+          "demo-interrupted": ("interrupted", "‖"), "demo-damaged": ("damaged", "✗")}
 
 
 @pytest.fixture
@@ -49,6 +51,14 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
                 shown[run] = (row.get_attribute("data-state"), row.locator(".smz-state").text_content())
                 assert f"({shown[run][0]})" in row.locator(".smz-sr").text_content()  # the word, for a reader
             assert shown == STATES
+            # at the panel's default width every demo run's name is drawn whole, not as 'demo-…'
+            for width in (1400, 800):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.wait_for_selector("#somatize-sidebar[data-layout='narrow']", state="attached", timeout=30_000)
+                cut = side.locator(".smz-run-name").evaluate_all(
+                    f"names => names.filter({NAME_CUT}).map(n => n.textContent)")
+                assert cut == [], f"{width} px: {cut}"
+            page.set_viewport_size({"width": 1400, "height": 900})
             damaged = side.locator("tr.smz-row[data-run='demo-damaged'] td[data-col='run']").get_attribute("title")
             # it names the file that is wrong, and what still reads
             assert damaged.startswith("demo-damaged: damaged\n"), damaged
@@ -61,6 +71,19 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
             panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
             assert panel.locator("polyline.smz-curve").count() == 2
             assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["demo-noisy", "demo-smooth"]
+            # the fact the runs summarise first is the curve shown first
+            assert panel.locator(".smz-curves h3").text_content() == "roughness/smooth by step"
+            assert panel.locator(".smz-curve-picker").input_value() == "roughness/smooth"
+            # each run's bars run on tracks of one length, whatever their labels say
+            for run in panel.locator(".smz-spent-run").all():
+                tracks = run.locator(".smz-bar-track").evaluate_all(
+                    "ts => ts.map(t => t.getBoundingClientRect().width)")
+                assert len(tracks) == 4 and max(tracks) - min(tracks) < 0.5, tracks
+            # the summaries compare the runs' configs key by key, and have no empty row
+            side_by_side = panel.locator(".smz-summaries tr").evaluate_all(
+                "rows => rows.map(r => [...r.children].map(c => c.textContent))")
+            assert ["config.seed", "1", "0"] in side_by_side and ["config.settle", "1200", "300"] in side_by_side
+            assert [r for r in side_by_side if r[0] and not any(r[1:])] == [], side_by_side
             panel.locator(".smz-findings-run[data-run='demo-noisy']").wait_for(timeout=30_000)
             theme(page, "JupyterLab Light", True)
             shoot(page, SHOTS / "light", readme="run-browser.png")

@@ -6,8 +6,8 @@ counts its steps up without a reload, two runs overlay as two curves, "Insert
 code" puts a cell in the notebook that runs, Delete removes one run after the
 confirmation and leaves the others, the table moves with the keyboard, and a
 store named like markup stays text. At JupyterLab's default width of the left
-panel (at 1400 and 800 px) the table fits it: name, state, steps and findings
-shown, nothing outside the panel, a long name ellipsized. Screenshots, light
+panel (at 1400 and 800 px) the table fits it: name, state and steps shown,
+the count of findings after the name, nothing outside the panel, a long name ellipsized. Screenshots, light
 and dark, 1400 and 800 px wide, go to test-artifacts/sidebar/. Without its server extension the
 sidebar names the command that enables it.
 """
@@ -24,6 +24,7 @@ from labtools import (
     CHROMIUM,
     FLAGS,
     LIVE_CHILD,
+    NAME_CUT,
     ROOT,
     accept_kernel_dialog,
     open_sidebar,
@@ -39,18 +40,19 @@ HOSTILE_NAME = "<img src=x onerror=alert(1)>"
 LONG_NAME = "a-run-whose-name-is-far-too-long-for-the-sidebar-at-the-default-width"
 # Where each shown column's header and cells lie, against the sidebar's box.
 LAYOUT_JS = r"""() => {
+  const NAME_CUT = """ + NAME_CUT + r""";
   const side = document.querySelector('#somatize-sidebar');
   const box = side.getBoundingClientRect();
   const shown = e => getComputedStyle(e).display !== 'none' && e.getBoundingClientRect().width > 0;
   const outside = [];
-  for (const cell of side.querySelectorAll('table.smz-table th, table.smz-table td, .smz-details')) {
+  for (const cell of side.querySelectorAll('table.smz-table th, table.smz-table td, .smz-details, .smz-found')) {
     const r = cell.getBoundingClientRect();
     if (shown(cell) && (r.left < box.left - 0.5 || r.right > box.right + 0.5)) {
       outside.push(`${cell.tagName} ${cell.dataset.col ?? cell.className} ${r.left}-${r.right}`);
     }
   }
   const section = side.querySelector("section:has(tr[data-run='alpha'])");
-  const long = side.querySelector('tr[data-run^="a-run-whose"] .smz-name-line');
+  const long = side.querySelector('tr[data-run^="a-run-whose"] .smz-run-name');
   return {
     width: box.width,
     layout: side.dataset.layout,
@@ -62,7 +64,10 @@ LAYOUT_JS = r"""() => {
     findings: [...section.querySelectorAll('td[data-col="findings"]')].filter(shown).length,
     signs: [...section.querySelectorAll('tr.smz-row .smz-state')].filter(shown).length,
     rows: section.querySelectorAll('tr.smz-row').length,
-    long: {cut: long.scrollWidth > long.clientWidth, overflow: getComputedStyle(long).textOverflow,
+    // each run's name as drawn: whole (not cut) or not
+    whole: Object.fromEntries([...section.querySelectorAll('tr.smz-row')]
+      .map(r => [r.dataset.run, !NAME_CUT(r.querySelector('.smz-run-name'))])),
+    long: {cut: NAME_CUT(long), overflow: getComputedStyle(long).textOverflow,
            height: long.getBoundingClientRect().height, font: parseFloat(getComputedStyle(long).fontSize)},
   };
 }"""
@@ -106,15 +111,17 @@ def runs_root(tmp_path):
 def assert_fits_the_panel(page, width):
     """At the panel's default width for a window ``width`` px wide: every
     shown header and cell inside the sidebar, no table scrolling sideways,
-    name (with its state), steps and findings shown, a long name cut with
-    an ellipsis on one line."""
+    name (with its state) and steps shown, the short names whole, a long
+    name cut with an ellipsis on one line; the findings fold into a count
+    after the name."""
     page.set_viewport_size({"width": width, "height": 900})
     # the sidebar folds on the resize; wait (a guard, not a measurement) for the cells to lie inside
     page.wait_for_function(f"() => ({LAYOUT_JS})().outside.length === 0", timeout=30_000)
     got = page.evaluate(LAYOUT_JS)
     assert got["outside"] == [] and got["sideways"] == 0, got
-    assert {"run", "steps", "findings"} <= set(got["columns"]) and got["cutHeaders"] == [], got
-    assert got["findings"] == got["rows"] == got["signs"] == 4, got
+    assert {"run", "steps"} <= set(got["columns"]) and "findings" not in got["columns"], got
+    assert got["cutHeaders"] == [] and got["findings"] == 0 and got["rows"] == got["signs"] == 4, got
+    assert got["whole"] == {"alpha": True, "beta": True, "live": True, "sick": True}, got
     assert got["long"]["cut"] and got["long"]["overflow"] == "ellipsis", got
     assert got["long"]["height"] < 2 * got["long"]["font"], got  # one line, not wrapped
     return got
@@ -176,11 +183,16 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                     "?.dataset.count === '1'", timeout=30_000)
                 found = side.locator("tr.smz-row[data-run='sick'] td[data-col='findings']")
                 assert found.text_content() == "1" and "smz-warn" in found.get_attribute("class")
+                # narrow, the count follows the name, in the warn colour; none shows nothing
+                pill = side.locator("tr.smz-row[data-run='sick'] .smz-found")
+                assert pill.is_visible() and pill.text_content() == "1" and "smz-warn" in pill.get_attribute("class")
+                assert "finding" in pill.get_attribute("title")
                 page.wait_for_function(
                     "() => document.querySelector(\"#somatize-sidebar tr[data-run='alpha'] td[data-col='findings']\")"
                     "?.dataset.count === '0'", timeout=30_000)
                 none = side.locator("tr.smz-row[data-run='alpha'] td[data-col='findings']")
                 assert none.text_content() == "–" and "smz-warn" not in (none.get_attribute("class") or "")
+                assert side.locator("tr.smz-row[data-run='alpha'] .smz-found").count() == 0
 
                 # keyboard: focus moves down the table, Space selects
                 first = side.locator("tr.smz-row").first

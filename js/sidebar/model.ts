@@ -141,12 +141,22 @@ export function age(when: number | null | undefined, now: number): string {
   return `${Math.round(s / 86400)} d ago`;
 }
 
+/** Whether a run was recorded with a config (an empty one says nothing). */
+export function hasConfig(config: Record<string, unknown> | null | undefined): boolean {
+  return !!config && typeof config === 'object' && Object.keys(config).length > 0;
+}
+
+/** One of a config's values as text (objects as JSON). */
+export function configValue(v: unknown): string {
+  return v === undefined ? '–' : typeof v === 'object' ? JSON.stringify(v) : String(v);
+}
+
 export function configText(config: Record<string, unknown> | null | undefined): string {
   if (!config || typeof config !== 'object') {
     return '';
   }
   return Object.entries(config)
-    .map(([k, v]) => `${k}=${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+    .map(([k, v]) => `${k}=${configValue(v)}`)
     .join(' ');
 }
 

@@ -7,7 +7,7 @@
 import { Widget } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
 
-import { IChosen, ICurve, IFinding, INode, IRun, best, configText, duration, number, ticks } from './model';
+import { IChosen, ICurve, IFinding, INode, IRun, best, configValue, duration, hasConfig, number, ticks } from './model';
 import { el } from './dom';
 import { requestAPI } from './request';
 
@@ -42,7 +42,11 @@ export class RunsPanel extends Widget {
     this.title.caption = chosen.map(c => `${c.store.path}: ${c.row.run}`).join('\n');
     this.title.closable = true;
     const names = [...new Set(chosen.flatMap(c => c.row.curves ?? []))].sort();
-    this.curveName = names.includes('loss') ? 'loss' : names[0] ?? 'loss';
+    // shown first: the loss, else the first fact the first run summarises (what
+    // its Recorder was told matters), else the first curve by name
+    const summarised = Object.keys(chosen[0]?.row.summarising ?? {});
+    const first = summarised.map(f => names.find(n => n === f || n.startsWith(`${f}/`))).find(n => n);
+    this.curveName = names.includes('loss') ? 'loss' : first ?? names[0] ?? 'loss';
     const top = el('div', 'smz-panel-top');
     const label = el('label', 'smz-curve-label', 'Curve ');
     this.picker = el('select', 'smz-curve-picker');
@@ -236,8 +240,10 @@ export class RunsPanel extends Widget {
       line(`${f} last`, r => number(r.summarising?.[f]?.last));
       line(`${f} best`, r => (r.summarising?.[f] ? number(best(f, r.summarising[f])) : '–'));
     }
-    if (this.chosen.some(c => c.row.config)) {
-      line('config', r => configText(r.config));
+    // each config key a row of its own, named as runs() names its column
+    const keys = [...new Set(this.chosen.flatMap(c => (hasConfig(c.row.config) ? Object.keys(c.row.config!) : [])))];
+    for (const k of keys.sort()) {
+      line(`config.${k}`, r => (hasConfig(r.config) ? configValue(r.config![k]) : '–'));
     }
     const wrap = el('div', 'smz-table-wrap');
     wrap.appendChild(table);

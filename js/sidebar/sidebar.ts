@@ -22,6 +22,7 @@ import {
   best,
   configText,
   duration,
+  hasConfig,
   number
 } from './model';
 import { el } from './dom';
@@ -33,7 +34,8 @@ export interface ISidebarActions {
   remove(chosen: IChosen[]): Promise<boolean>;
 }
 
-const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', interrupted: '⏸', damaged: '✗' };
+// signs every common UI font has (DejaVu has no U+23F8 '⏸': it drew as a box)
+const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', interrupted: '‖', damaged: '✗' };
 const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
 
@@ -260,14 +262,14 @@ export class RunBrowser extends Widget {
       section.appendChild(h);
       const rows = (this.rows.get(store.id) ?? []).filter(r => !match || r.run.toLowerCase().includes(match));
       const facts = [...new Set(rows.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
-      const hasConfig = rows.some(r => r.config);
+      const withConfig = rows.some(r => hasConfig(r.config));
       const dir = this.sortDir;
       rows.sort((a, b) => {
         const x = this.sortValue(a, this.sortBy, now);
         const y = this.sortValue(b, this.sortBy, now);
         return (x < y ? -1 : x > y ? 1 : 0) * dir;
       });
-      section.appendChild(this.table(store, rows, facts, hasConfig, now));
+      section.appendChild(this.table(store, rows, facts, withConfig, now));
       this.body.appendChild(section);
     }
     this.fold();
@@ -278,7 +280,7 @@ export class RunBrowser extends Widget {
     this.updateButtons();
   }
 
-  private table(store: IStore, rows: IRun[], facts: string[], hasConfig: boolean, now: number): HTMLElement {
+  private table(store: IStore, rows: IRun[], facts: string[], withConfig: boolean, now: number): HTMLElement {
     const wrap = el('div', 'smz-table-wrap');
     const table = el('table', 'smz-table');
     table.setAttribute('role', 'grid');
@@ -290,7 +292,7 @@ export class RunBrowser extends Widget {
       ['steps', 'Steps', 'steps'],
       ['findings', 'Findings', 'findings'],
       ...facts.map(f => [`fact:${f}` as SortKey, f, `fact`] as [SortKey, string, string]),
-      ...(hasConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
+      ...(withConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
       ['duration', 'Took', 'duration'],
       ['age', 'Updated', 'age']
     ];
@@ -317,7 +319,7 @@ export class RunBrowser extends Widget {
     table.appendChild(thead);
     const tbody = el('tbody');
     for (const row of rows) {
-      tbody.appendChild(this.row(store, row, facts, hasConfig, now));
+      tbody.appendChild(this.row(store, row, facts, withConfig, now));
     }
     if (rows.length === 0) {
       const tr = el('tr');
@@ -331,7 +333,7 @@ export class RunBrowser extends Widget {
     return wrap;
   }
 
-  private row(store: IStore, row: IRun, facts: string[], hasConfig: boolean, now: number): HTMLTableRowElement {
+  private row(store: IStore, row: IRun, facts: string[], withConfig: boolean, now: number): HTMLTableRowElement {
     const k = key(store, row.run);
     const tr = el('tr', `smz-row smz-${row.state}`);
     tr.dataset.key = k;
@@ -375,6 +377,14 @@ export class RunBrowser extends Widget {
     sign.setAttribute('aria-hidden', 'true');
     const line = el('div', 'smz-name-line');
     line.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
+    // the narrow layout's findings: a count after the name (its column folds
+    // away so that the name keeps the width); shown only when there are some
+    if (row.findings || row.findings_problem) {
+      const pill = el('span', `smz-found${row.findings ? ' smz-warn' : ''}`, row.findings ? String(row.findings) : '?');
+      pill.title = findingsTitle(row);
+      pill.setAttribute('aria-hidden', 'true'); // the findings cell says it
+      line.appendChild(pill);
+    }
     const more = el('div', 'smz-details', folded.join(' · '));
     more.setAttribute('aria-hidden', 'true'); // the same words are in the row's other cells
     name.append(line, more);
@@ -389,7 +399,7 @@ export class RunBrowser extends Widget {
       const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';
       cell('fact', text).dataset.fact = f;
     }
-    if (hasConfig) {
+    if (withConfig) {
       cell('config', configText(row.config));
     }
     cell('duration', duration(row.duration));
