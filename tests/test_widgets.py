@@ -474,6 +474,23 @@ def test_step_ticks_are_whole_numbers_at_any_length():
         assert len(steps) >= 2 and all(float(t).is_integer() for t in steps), (n, steps)
 
 
+def test_log_ticks_are_few_inside_the_range_and_evenly_spread_on_the_axis():
+    """No gap on a log axis much wider than another (1-5 ticks left gaps of
+    0.3 and 0.7 decade), at most MAX_TICKS, all inside the range, every decade
+    crossed by at least one label once the range spans three."""
+    rng = np.random.default_rng(0)
+    spans = [(0.002, 3.0), (0.03, 2.4), (0.07, 90.0), (1.0, 500.0), (3e-7, 2e-3), (0.5, 1.2)]
+    spans += [tuple(sorted(10.0 ** rng.uniform(-8, 8, 2))) for _ in range(300)]
+    for lo, hi in spans:
+        got = _chart.log_ticks(lo, hi)
+        assert 2 <= len(got) <= _chart.MAX_TICKS and all(lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9) for t in got)
+        gaps = np.diff(np.log10(got))
+        assert gaps.max() <= 1.5 * gaps.min(), (lo, hi, got)
+        if hi / lo >= 1e3 and hi / lo < 1e7:  # up to seven decades: a label in each one the range covers
+            whole = range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)))
+            assert all(any(10.0**k <= t < 10.0 ** (k + 1) * (1 - 1e-9) for t in got) for k in whole), (lo, hi, got)
+
+
 def test_a_diverging_log_axis_keeps_its_labels_few_and_apart():
     """21 decades are not 21 labels on top of each other (issue 9, item 6)."""
     data = _chart.chart([{"name": "l", "color": "c", "points": [(i, 10.0 ** (i - 3)) for i in range(22)]}], log=True)

@@ -6,10 +6,10 @@ tick (value and label) here; `_svg.line_chart` draws that data without a
 browser, and `js/widgets/chart.js` draws the very same data in the page at
 whatever width the cell gives it. Neither side computes a tick of its own.
 
-Steps are whole numbers: the step axis never shows 0.5. A log axis shows
-decades, thinned to at most `MAX_TICKS` labels (every second, fifth or tenth
-decade when the loss diverges), or 1-2-5 inside a decade when the range is
-short.
+Steps are whole numbers: the step axis never shows 0.5. A log axis shows at
+most `MAX_TICKS` labels evenly spread along it: 1-2-5 in each decade when the
+range is short, 1-3 when it is longer, decades beyond (every second, fifth or
+tenth decade when the loss diverges).
 """
 
 from __future__ import annotations
@@ -66,25 +66,28 @@ def ticks(lo, hi, count=5, whole=False):
 
 
 def log_ticks(lo, hi):
-    """Tick values for a log axis over [lo, hi] (both > 0): decades, every
-    k-th decade when there are too many, 1-2-5 (or 1-5) when three or fewer."""
+    """Tick values for a log axis over [lo, hi] (both > 0), evenly spread on
+    that axis and at most `MAX_TICKS`: 1-2-5 in each decade when they fit,
+    else 1-3 (each about half a decade from the next; 1-5 would leave gaps of
+    0.3 and 0.7), else decades (every k-th when there are too many). Less
+    than a factor 2 apart: round values, as on a linear axis."""
     a, b = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
-    decades = [10.0 ** k for k in range(a, b + 1)]
-    inside = [v for v in decades if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
-    if len(inside) <= 3:
-        fine = [m * 10.0 ** k for k in range(a - 1, b + 1) for m in (1, 2, 5)]
-        fine = [v for v in fine if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
-        if len(fine) > MAX_TICKS:
-            fine = [v for v in fine if _mantissa(v) in (1, 5)]
-        if len(fine) >= 2:
-            return fine
-        return [t for t in ticks(lo, hi, 4) if t > 0]  # less than a factor 2: round values, as on a linear axis
-    every = next(k for k in (1, 2, 5, 10, 20, 50, 100) if len(inside) / k <= MAX_TICKS)
-    return [v for v in inside if round(math.log10(v)) % every == 0]
 
+    def within(mantissas):
+        every = [m * 10.0**k for k in range(a - 1, b + 1) for m in mantissas]
+        return [v for v in every if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
 
-def _mantissa(v):
-    return round(v / 10.0 ** math.floor(math.log10(v) + 1e-9))
+    fine = within((1, 2, 5))
+    if len(fine) < 2:
+        return [t for t in ticks(lo, hi, 4) if t > 0]
+    if len(fine) <= MAX_TICKS:
+        return fine
+    thirds = within((1, 3))
+    if len(thirds) <= MAX_TICKS:
+        return thirds
+    decades = within((1,))
+    every = next(k for k in (1, 2, 5, 10, 20, 50, 100) if len(decades) / k <= MAX_TICKS)
+    return [v for v in decades if round(math.log10(v)) % every == 0]
 
 
 # The units of a time axis: (seconds in one, name), the largest that the range holds twice.
