@@ -227,25 +227,23 @@ def bars_svg(rows, *, title, unit_label):
     "parts": optional [{"name", "value", "color", "opacity", "text", "tip"}]
     that cut the bar (their values add up to its own), each said below it}]."""
     width, bar_h, gap, left, right = WIDE, 18, 6, 200, 235
-    lane = bar_h + gap
-    height = 28 + sum(lane + (16 if r.get("parts") else 0) for r in rows)
     top = max((r["value"] for r in rows), default=0) or 1
     per = (width - left - right) / top
-    parts = [svg_open(width, height, title)]
-    y = 8
+    body, y = [], 8
     for r in rows:
         w = max(1.0, r["value"] * per)
-        parts.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
-        parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
-                     f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
-        parts.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
+        body.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
+        body.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
+                    f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
+        body.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
         if r.get("parts"):
-            parts.extend(_bar_parts(r["parts"], left, y, bar_h, per))
-            y += 16
-        y += lane
-    parts.append(_text(left, height - 4, unit_label, 11, MUTED))
-    parts.append("</svg>")
-    return "".join(parts)
+            body.extend(_part_rects(r["parts"], left, y, bar_h, per))
+            legend, last = _part_legend(r["parts"], left, y + bar_h + 4, width - left)
+            body.extend(legend)
+            y = last + 16 - bar_h - 4
+        y += bar_h + gap
+    height = y + 20
+    return "".join([svg_open(width, height, title), *body, _text(left, height - 4, unit_label, 11, MUTED), "</svg>"])
 
 
 def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
@@ -265,16 +263,9 @@ def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
         body.append(_text(w + 6, y + bar_h - 3, _fit(r["text"], width - w - 6, 11), 11, MUTED))
         if r.get("parts"):
             body.extend(_part_rects(r["parts"], 0, y, bar_h, per))
-            said, line = 0.0, y + bar_h + 4
-            for p in r["parts"]:
-                need = 12 + 0.56 * 10 * len(p["text"]) + 10
-                if said and said + need > width:
-                    said, line = 0.0, line + 14
-                shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
-                body.append(f'<rect x="{said:.1f}" y="{line}" width="9" height="9" style="{shade}"/>')
-                body.append(_text(said + 12, line + 8, p["text"], 10, MUTED, extra='class="part-text"'))
-                said += need
-            y = line + 14 - bar_h - 4
+            legend, last = _part_legend(r["parts"], 0, y + bar_h + 4, width)
+            body.extend(legend)
+            y = last + 14 - bar_h - 4
         y += bar_h + 10
     height = y + 16
     return "".join([svg_open(width, height, title), *body, _text(0, height - 4, unit_label, 11, MUTED), "</svg>"])
@@ -301,15 +292,20 @@ def _part_rects(cut, left, y, bar_h, per):
     return out
 
 
-def _bar_parts(cut, left, y, bar_h, per):
-    """A bar's parts drawn over it, left to right, and said in a line below it, each after a swatch of its shade."""
-    out, said = _part_rects(cut, left, y, bar_h, per), float(left)
+def _part_legend(cut, left, top, room):
+    """A cut bar's parts said after a swatch of each one's shade, left to
+    right from ``left``, on as many lines (14 px apart, the first at ``top``)
+    as ``room`` px need; (the SVG elements, the top of the last line)."""
+    out, said, line = [], 0.0, top
     for p in cut:
+        need = 12 + 0.56 * 10 * len(p["text"]) + 10  # a glyph of the 10 px text is about 0.56 of it wide
+        if said and said + need > room:
+            said, line = 0.0, line + 14
         shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
-        out.append(f'<rect x="{said:.1f}" y="{y + bar_h + 4}" width="9" height="9" style="{shade}"/>')
-        out.append(_text(said + 12, y + bar_h + 12, p["text"], 10, MUTED, extra='class="part-text"'))
-        said += 12 + 5.6 * len(p["text"]) + 10
-    return out
+        out.append(f'<rect x="{left + said:.1f}" y="{line}" width="9" height="9" style="{shade}"/>')
+        out.append(_text(left + said + 12, line + 8, p["text"], 10, MUTED, extra='class="part-text"'))
+        said += need
+    return out, line
 
 
 def timeline_svg(spans, total_us, *, width=None):
