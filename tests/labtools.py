@@ -171,3 +171,18 @@ def shoot(page, stem, readme=None):
         page.screenshot(path=f"{stem}-{width}.png")
         if readme and width == 1400:
             for_readme(f"{stem}-{width}.png", readme)
+
+
+def open_two_runs(page, first, second):
+    """Select runs ``first`` and ``second`` in the sidebar (a click, then a
+    Ctrl-click) and open them; the panel, once it draws two curves with a
+    legend naming both."""
+    side = page.locator("#somatize-sidebar")
+    side.locator(f"tr.smz-row[data-run='{first}']").click()
+    side.locator(f"tr.smz-row[data-run='{second}']").click(modifiers=["Control"])
+    side.locator("button", has_text="Open").click()
+    panel = page.locator(".somatize-runs-panel").last
+    panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
+    assert panel.locator("polyline.smz-curve").count() == 2
+    assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == sorted([first, second])
+    return panel

@@ -14,7 +14,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, NAME_CUT, ROOT, open_sidebar, running_lab, shoot, theme
+from labtools import (
+    ARTIFACTS,
+    CHROMIUM,
+    FLAGS,
+    NAME_CUT,
+    ROOT,
+    open_sidebar,
+    open_two_runs,
+    running_lab,
+    shoot,
+    theme,
+)
 
 SHOTS = ARTIFACTS / "demo-lab"
 STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),
@@ -64,13 +75,7 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
             assert damaged.startswith("demo-damaged: damaged\n"), damaged
             assert "runs/demo-damaged/summary.json is not JSON" in damaged and "facts(store, run)" in damaged, damaged
 
-            side.locator("tr.smz-row[data-run='demo-smooth']").click()
-            side.locator("tr.smz-row[data-run='demo-noisy']").click(modifiers=["Control"])
-            side.locator("button", has_text="Open").click()
-            panel = page.locator(".somatize-runs-panel").last
-            panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
-            assert panel.locator("polyline.smz-curve").count() == 2
-            assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["demo-noisy", "demo-smooth"]
+            panel = open_two_runs(page, "demo-smooth", "demo-noisy")
             # the fact the runs summarise first is the curve shown first
             assert panel.locator(".smz-curves h3").text_content() == "roughness/smooth by step"
             assert panel.locator(".smz-curve-picker").input_value() == "roughness/smooth"

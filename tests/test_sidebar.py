@@ -28,6 +28,7 @@ from labtools import (
     ROOT,
     accept_kernel_dialog,
     open_sidebar,
+    open_two_runs,
     running_lab,
     shoot,
     theme,
@@ -210,13 +211,7 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                     assert ours.locator("tr.smz-row").evaluate_all("rows => rows.map(r => r.dataset.run)") == want
 
                 # two runs overlaid: two curves and a legend
-                side.locator("tr.smz-row[data-run='alpha']").click()
-                side.locator("tr.smz-row[data-run='beta']").click(modifiers=["Control"])
-                side.locator("button", has_text="Open").click()
-                panel = page.locator(".somatize-runs-panel").last
-                panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
-                assert panel.locator("polyline.smz-curve").count() == 2
-                assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == ["alpha", "beta"]
+                panel = open_two_runs(page, "alpha", "beta")
                 assert panel.locator(".smz-bar-row[data-node='encoder']").count() == 2
                 # the panel lists each run's findings: these two healthy runs have none
                 panel.locator(".smz-findings-run[data-run='beta'] .smz-empty").wait_for(timeout=30_000)
