@@ -186,3 +186,12 @@ def open_two_runs(page, first, second):
     assert panel.locator("polyline.smz-curve").count() == 2
     assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == sorted([first, second])
     return panel
+
+
+def wait_for_findings_counted(page):
+    """Wait (a guard, not a measurement) until every row of the sidebar that
+    can be diagnosed shows its count of findings: the counts come later than
+    the rows, from a thread of the server, and a count changes the layout."""
+    page.wait_for_function(
+        "() => [...document.querySelectorAll(\"#somatize-sidebar tr.smz-row:not([data-state='damaged'])\")]"
+        ".every(r => r.querySelector(\"td[data-col='findings']\").dataset.count !== '')", timeout=60_000)

@@ -25,6 +25,7 @@ from labtools import (
     running_lab,
     shoot,
     theme,
+    wait_for_findings_counted,
 )
 
 SHOTS = ARTIFACTS / "demo-lab"
@@ -36,8 +37,9 @@ STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),
 def notebooks(tmp_path):
     assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
     root = tmp_path / "notebooks"
-    subprocess.run([sys.executable, "-m", "somatize.demo", "--record", "--store", str(root / "demo-store")],
-                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "somatize.demo", "--record", "--store", str(root / "demo-store")],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
     return root
 
 
@@ -62,10 +64,12 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
                 shown[run] = (row.get_attribute("data-state"), row.locator(".smz-state").text_content())
                 assert f"({shown[run][0]})" in row.locator(".smz-sr").text_content()  # the word, for a reader
             assert shown == STATES
-            # at the panel's default width every demo run's name is drawn whole, not as 'demo-…'
+            # at the panel's default width every demo run's name is drawn whole, not as 'demo-…',
+            # with the counts of findings in (they change the layout)
+            wait_for_findings_counted(page)
             for width in (1400, 800):
                 page.set_viewport_size({"width": width, "height": 900})
-                page.wait_for_selector("#somatize-sidebar[data-layout='narrow']", state="attached", timeout=30_000)
+                assert side.get_attribute("data-layout") == "narrow"
                 cut = side.locator(".smz-run-name").evaluate_all(
                     f"names => names.filter({NAME_CUT}).map(n => n.textContent)")
                 assert cut == [], f"{width} px: {cut}"
@@ -80,6 +84,7 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
             assert panel.locator(".smz-curves h3").text_content() == "roughness/smooth by step"
             assert panel.locator(".smz-curve-picker").input_value() == "roughness/smooth"
             # each run's bars run on tracks of one length, whatever their labels say
+            assert panel.locator(".smz-spent-run").count() == 2
             for run in panel.locator(".smz-spent-run").all():
                 tracks = run.locator(".smz-bar-track").evaluate_all(
                     "ts => ts.map(t => t.getBoundingClientRect().width)")

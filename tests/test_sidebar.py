@@ -32,6 +32,7 @@ from labtools import (
     running_lab,
     shoot,
     theme,
+    wait_for_findings_counted,
 )
 
 # ---- the run browser --------------------------------------------------------------------
@@ -154,8 +155,9 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 assert HOSTILE_NAME in side.locator("h3.smz-store-name").all_text_contents()
                 assert side.locator("img").count() == 0
 
-                # at the panel's default width the table fits it, folded
+                # at the panel's default width the table fits it, folded, with the counts of findings in
                 side.locator(f"tr.smz-row[data-run='{LONG_NAME}']").wait_for(timeout=30_000)
+                wait_for_findings_counted(page)
                 for width in (1400, 800):
                     got = assert_fits_the_panel(page, width)
                     assert got["layout"] == "narrow", got  # the whole table is wider than either
@@ -213,6 +215,9 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 # two runs overlaid: two curves and a legend
                 panel = open_two_runs(page, "alpha", "beta")
                 assert panel.locator(".smz-bar-row[data-node='encoder']").count() == 2
+                # recorded with no config: no config row (an empty config once drew a blank one)
+                heads = panel.locator(".smz-summaries tr > th:first-child").all_text_contents()
+                assert "loss last" in heads and not [h for h in heads if h.startswith("config")], heads
                 # the panel lists each run's findings: these two healthy runs have none
                 panel.locator(".smz-findings-run[data-run='beta'] .smz-empty").wait_for(timeout=30_000)
                 assert panel.locator(".smz-findings-run .smz-empty").all_text_contents() == ["No finding."] * 2

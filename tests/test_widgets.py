@@ -479,16 +479,24 @@ def test_log_ticks_are_few_inside_the_range_and_evenly_spread_on_the_axis():
     0.3 and 0.7 decade), at most MAX_TICKS, all inside the range, every decade
     crossed by at least one label once the range spans three."""
     rng = np.random.default_rng(0)
-    spans = [(0.002, 3.0), (0.03, 2.4), (0.07, 90.0), (1.0, 500.0), (3e-7, 2e-3), (0.5, 1.2)]
-    spans += [tuple(sorted(10.0 ** rng.uniform(-8, 8, 2))) for _ in range(300)]
+    spans = [(0.002, 3.0), (0.03, 2.4), (0.07, 90.0), (1.0, 500.0), (3e-7, 2e-3), (0.5, 1.2), (3e-13, 5e-13),
+             (1e300, 1.7e308), (1e-320, 5e-320)]
+    spans += [tuple(sorted(10.0 ** rng.uniform(-300, 300, 2))) for _ in range(300)]
+    spans += [(v, v * rng.uniform(1.05, 30)) for v in 10.0 ** rng.uniform(-300, 300, 300)]
     for lo, hi in spans:
         got = _chart.log_ticks(lo, hi)
         assert 2 <= len(got) <= _chart.MAX_TICKS and all(lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9) for t in got)
         gaps = np.diff(np.log10(got))
         assert gaps.max() <= 1.5 * gaps.min(), (lo, hi, got)
-        if hi / lo >= 1e3 and hi / lo < 1e7:  # up to seven decades: a label in each one the range covers
+        if 3 <= math.log10(hi) - math.log10(lo) < 7:  # up to seven decades: a label in each one the range covers
             whole = range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)))
             assert all(any(10.0**k <= t < 10.0 ** (k + 1) * (1 - 1e-9) for t in got) for k in whole), (lo, hi, got)
+
+
+def test_a_log_axis_near_the_largest_float_is_drawn():
+    # padded by 5%, the range of a loss near 1.5e308 runs past what a float holds
+    data = _chart.chart([{"name": "l", "color": "c", "points": [(0, 1e300), (1, 1e307), (2, 1.5e308)]}], log=True)
+    assert [label for _, label in data["yticks"]][-1] == "1e308"
 
 
 def test_a_diverging_log_axis_keeps_its_labels_few_and_apart():

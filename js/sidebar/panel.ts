@@ -42,11 +42,11 @@ export class RunsPanel extends Widget {
     this.title.caption = chosen.map(c => `${c.store.path}: ${c.row.run}`).join('\n');
     this.title.closable = true;
     const names = [...new Set(chosen.flatMap(c => c.row.curves ?? []))].sort();
-    // shown first: the loss, else the first fact the first run summarises (what
+    // shown first: the loss, else the first fact a chosen run summarises (what
     // its Recorder was told matters), else the first curve by name
-    const summarised = Object.keys(chosen[0]?.row.summarising ?? {});
-    const first = summarised.map(f => names.find(n => n === f || n.startsWith(`${f}/`))).find(n => n);
-    this.curveName = names.includes('loss') ? 'loss' : first ?? names[0] ?? 'loss';
+    const of = (fact: string) => names.find(n => n === fact || n.startsWith(`${fact}/`));
+    const summarised = chosen.flatMap(c => Object.keys(c.row.summarising ?? {}));
+    this.curveName = of('loss') ?? summarised.map(of).find(n => n) ?? names[0] ?? 'loss';
     const top = el('div', 'smz-panel-top');
     const label = el('label', 'smz-curve-label', 'Curve ');
     this.picker = el('select', 'smz-curve-picker');
@@ -240,7 +240,8 @@ export class RunsPanel extends Widget {
       line(`${f} last`, r => number(r.summarising?.[f]?.last));
       line(`${f} best`, r => (r.summarising?.[f] ? number(best(f, r.summarising[f])) : '–'));
     }
-    // each config key a row of its own, named as runs() names its column
+    // each config key a row of its own, named as runs() names its column (the
+    // server sends a config flattened by that rule: {"optim.lr": 0.1})
     const keys = [...new Set(this.chosen.flatMap(c => (hasConfig(c.row.config) ? Object.keys(c.row.config!) : [])))];
     for (const k of keys.sort()) {
       line(`config.${k}`, r => (hasConfig(r.config) ? configValue(r.config![k]) : '–'));

@@ -7,9 +7,10 @@
  * `<img onerror=…>` stays a name.
  *
  * Where the whole table does not fit the sidebar's width (JupyterLab's
- * default left panel is 250-400 px), it folds: name (with its state), steps
- * and findings stay as columns, the others become a details line under the
- * name (and its tooltip), every cell ellipsized; nothing scrolls sideways.
+ * default left panel is 250-400 px), it folds: name (with its state) and
+ * steps stay as columns, the count of findings becomes a badge after the
+ * name, the others a details line under the name (and its tooltip), every
+ * cell ellipsized; nothing scrolls sideways.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -378,12 +379,14 @@ export class RunBrowser extends Widget {
     const line = el('div', 'smz-name-line');
     line.append(sign, el('span', 'smz-run-name', row.run), el('span', 'smz-sr', ` (${row.state})`));
     // the narrow layout's findings: a count after the name (its column folds
-    // away so that the name keeps the width); shown only when there are some
-    if (row.findings || row.findings_problem) {
-      const pill = el('span', `smz-found${row.findings ? ' smz-warn' : ''}`, row.findings ? String(row.findings) : '?');
+    // away so that the name keeps the width), when there are some; with its
+    // words for a screen reader, as the folded cell is read by none
+    const warn = !!row.findings;
+    if (warn || row.findings_problem) {
+      const pill = el('span', `smz-found${warn ? ' smz-warn' : ''}`, warn ? findingsText(row) : '?');
       pill.title = findingsTitle(row);
-      pill.setAttribute('aria-hidden', 'true'); // the findings cell says it
-      line.appendChild(pill);
+      pill.setAttribute('aria-hidden', 'true');
+      line.append(pill, el('span', 'smz-sr smz-found-sr', ` (${findingsTitle(row)})`));
     }
     const more = el('div', 'smz-details', folded.join(' · '));
     more.setAttribute('aria-hidden', 'true'); // the same words are in the row's other cells
@@ -391,7 +394,7 @@ export class RunBrowser extends Widget {
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
     const found = cell('findings', findingsText(row), findingsTitle(row));
     found.dataset.count = row.findings === null || row.findings === undefined ? '' : String(row.findings);
-    if (row.findings) {
+    if (warn) {
       found.classList.add('smz-warn');
     }
     for (const f of facts) {

@@ -50,6 +50,7 @@ from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
 from ..record import _runs
 from ..record._check import check_run
+from ..record._summary import config_columns
 
 MAX_DEPTH = 6  # folders below the root where a store is looked for
 MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
@@ -615,7 +616,8 @@ def _row(root: str, s: dict) -> dict:
         "duration": (s["updated"] - s["started"]) if s.get("updated") and s.get("started") else None,
         "summarising": {k: {f: v.get(f) for f in ("count", "first", "last", "min", "max")} for k, v in facts.items()},
         "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
-        "config": s.get("config"),
+        # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in _summary
+        "config": config_columns(s.get("config") or {}, prefix=""),
     })
     return row
 

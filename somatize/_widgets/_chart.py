@@ -53,14 +53,15 @@ def ticks(lo, hi, count=5, whole=False):
     if hi <= lo:
         hi = lo + (abs(lo) or 1.0)
     raw = (hi - lo) / count
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))  # a float: 10 ** 20 as an int is past what JSON holds
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     if whole:  # a step is a whole number: never a tick at 0.5 or 2.5
         step = 1 if step < 1 else 2 if step == 2.5 else step
     first = math.ceil(lo / step - 1e-9) * step
+    digits = 3 - math.floor(math.log10(step))  # rounded relative to the step: 3e-13 stays, 1e15 + 2 too
     out, t = [], first
     while t <= hi + step * 1e-9:
-        out.append(round(t, 12))
+        out.append(round(t, digits))
         t += step
     return out
 
@@ -69,12 +70,13 @@ def log_ticks(lo, hi):
     """Tick values for a log axis over [lo, hi] (both > 0), evenly spread on
     that axis and at most `MAX_TICKS`: 1-2-5 in each decade when they fit,
     else 1-3 (each about half a decade from the next; 1-5 would leave gaps of
-    0.3 and 0.7), else decades (every k-th when there are too many). Less
-    than a factor 2 apart: round values, as on a linear axis."""
+    0.3 and 0.7), else decades (every k-th when there are too many). When
+    fewer than two of 1-2-5 fall inside: round values, as on a linear axis."""
     a, b = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
 
     def within(mantissas):
-        every = [m * 10.0**k for k in range(a - 1, b + 1) for m in mantissas]
+        # up to 1e308: 10.0 ** 309 is past the largest float
+        every = [m * 10.0**k for k in range(a - 1, min(b, 308) + 1) for m in mantissas]
         return [v for v in every if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
 
     fine = within((1, 2, 5))
@@ -197,7 +199,8 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     y0, y1 = y0 - pad, y1 + pad
     out["y"] = [y0, y1]  # in the axis's own space: log10 of the value on a log axis
     out["xticks"] = _xticks(x0, x1, xs, kind, out)
-    yt = log_ticks(10 ** y0, 10 ** y1) if log else ticks(y0, y1, 5)
+    # the padded range stays inside what a float holds (a loss near 1e308 padded is past it)
+    yt = log_ticks(10 ** max(y0, -323.0), 10 ** min(y1, 308.25)) if log else ticks(y0, y1, 5)
     out["yticks"] = [[t, tick_label(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
     return out
 
