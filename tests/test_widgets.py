@@ -493,6 +493,16 @@ def test_log_ticks_are_few_inside_the_range_and_evenly_spread_on_the_axis():
             assert all(any(10.0**k <= t < 10.0 ** (k + 1) * (1 - 1e-9) for t in got) for k in whole), (lo, hi, got)
 
 
+@pytest.mark.parametrize("lo, hi, log", [(1000.1, 1000.2, False), (2e-13, 2.08e-13, True), (5e6, 5e6 + 3, False)])
+def test_no_two_ticks_of_an_axis_read_the_same(lo, hi, log):
+    data = _chart.chart([{"name": "l", "color": "c", "points": [(0, lo), (1, hi)]}], log=log)
+    labels = [label for _, label in data["yticks"]]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    # and each reads as its value, to a hundredth of the gap to the next
+    gap = data["yticks"][1][0] - data["yticks"][0][0]
+    assert all(abs(float(label.replace(",", "")) - t) <= gap / 100 for t, label in data["yticks"]), labels
+
+
 def test_a_log_axis_near_the_largest_float_is_drawn():
     # padded by 5%, the range of a loss near 1.5e308 runs past what a float holds
     data = _chart.chart([{"name": "l", "color": "c", "points": [(0, 1e300), (1, 1e307), (2, 1.5e308)]}], log=True)

@@ -46,6 +46,26 @@ def tick_label(x):
     return number(x)
 
 
+def distinct(values, label):
+    """[[value, text]]: each value with ``label(value)``, or, where the texts
+    would not tell the ticks apart (1000.1 and 1000.2 both "1,000"; 2.025e-13
+    as "2.02e-13", a fifth of the way to the next), every value with as many
+    significant digits as it takes for each to read as itself, within a
+    hundredth of the gap between two ticks."""
+    gap = min((abs(b - a) for a, b in zip(values, values[1:])), default=0.0)
+
+    def legible(texts):
+        return len(set(texts)) == len(texts) and all(
+            abs(float(t.replace(",", "")) - v) <= gap / 100 for v, t in zip(values, texts))
+
+    texts = [label(v) for v in values]
+    digits = 4
+    while not legible(texts) and digits <= 17:
+        texts = [f"{v:.{digits}g}" for v in values]
+        digits += 1
+    return [[v, t] for v, t in zip(values, texts)]
+
+
 def ticks(lo, hi, count=5, whole=False):
     """Round tick values covering [lo, hi]; `whole`: whole numbers only."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -201,7 +221,7 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     out["xticks"] = _xticks(x0, x1, xs, kind, out)
     # the padded range stays inside what a float holds (a loss near 1e308 padded is past it)
     yt = log_ticks(10 ** max(y0, -323.0), 10 ** min(y1, 308.25)) if log else ticks(y0, y1, 5)
-    out["yticks"] = [[t, tick_label(t)] for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9]
+    out["yticks"] = distinct([t for t in yt if y0 - 1e-9 <= f(t) <= y1 + 1e-9], tick_label)
     return out
 
 
@@ -214,7 +234,9 @@ def _xticks(x0, x1, xs, kind, out):
     if kind == "relative":
         div, _ = time_unit(x1 - min(x0, 0.0))
         out["xdiv"] = div
-        return [[t * div, number(t)] for t in ticks(x0 / div, x1 / div, 6) if x0 / div - 1e-9 <= t <= x1 / div + 1e-9]
+        shown = [t for t in ticks(x0 / div, x1 / div, 6) if x0 / div - 1e-9 <= t <= x1 / div + 1e-9]
+        return [[t * div, text] for t, text in distinct(shown, number)]
     whole = all(float(x).is_integer() for x in xs[:50])
     xt = ticks(x0, x1, 6, whole=whole)
-    return [[t, number(t) if abs(t) < 1e6 else tick_label(t)] for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]
+    shown = [t for t in xt if x0 - 1e-9 <= t <= x1 + 1e-9]
+    return distinct(shown, lambda t: number(t) if abs(t) < 1e6 else tick_label(t))
