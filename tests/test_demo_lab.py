@@ -28,6 +28,8 @@ from labtools import (
     wait_for_findings_counted,
 )
 
+from somatize.record import _chart, curve
+
 SHOTS = ARTIFACTS / "demo-lab"
 STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),
           "demo-interrupted": ("interrupted", "‖"), "demo-damaged": ("damaged", "✗")}
@@ -83,6 +85,17 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
             # the fact the runs summarise first is the curve shown first
             assert panel.locator(".smz-curves h3").text_content() == "roughness/smooth by step"
             assert panel.locator(".smz-curve-picker").input_value() == "roughness/smooth"
+            # its axes are the notebook panels' one chart of those curves, read off the page
+            order = [s.get_attribute("data-run") for s in panel.locator("polyline.smz-curve").all()]
+            want = _chart.chart([{"name": run, "color": "", "points": list(curve(notebooks / "demo-store", run,
+                                                                                   "roughness/smooth").items())}
+                                 for run in order], ylabel="roughness/smooth")
+            ticks = panel.locator(".smz-chart text.smz-tick").evaluate_all(
+                "ts => ts.map(t => [t.getAttribute('text-anchor'), t.textContent])")
+            assert [s for a, s in ticks if a == "end"] == [label for _, label in want["yticks"]]
+            shown_x = [s for a, s in ticks if a == "middle"]
+            every = [label for _, label in want["xticks"]]
+            assert len(shown_x) >= 3 and shown_x == every[::every.index(shown_x[1])], (shown_x, every)
             # each run's bars run on tracks of one length, whatever their labels say
             assert panel.locator(".smz-spent-run").count() == 2
             for run in panel.locator(".smz-spent-run").all():

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from tornado.httpclient import HTTPClientError
 from somatize import Recorder, Store
 from somatize._server._browse import _COUNTER, store_id
 from somatize._server._handlers import ROUTES
-from somatize.record import curve
+from somatize.record import _chart, curve
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
@@ -348,6 +349,50 @@ async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch
     assert [served[f] for f in got["forward"][:50]] == got["value"][:50]
 
 
+async def chart(jp_fetch, name, *runs):
+    r = await jp_fetch("somatize", "chart", params=[("name", name)] + [("run", run) for run in runs])
+    return orjson.loads(r.body)
+
+
+async def test_a_chart_overlays_runs_of_two_stores_as_the_notebook_panels_chart_them(jp_fetch, layout):
+    record(Store(layout["root"] / "elsewhere" / "store"), "gamma", np.geomspace(100, 0.01, 60))  # four decades
+    ids = {s["path"]: s["id"] for s in (await get(jp_fetch, "stores"))["stores"]}
+    mine, theirs = ids["proj/store"], ids["elsewhere/store"]
+    got = await chart(jp_fetch, "loss", f"{mine}/beta", f"{theirs}/gamma", f"{mine}/alpha")
+    # the oracle: the panels' one chart of the same curves, from the record
+    series = [{"name": run, "color": "", "points": list(curve(store, run, "loss").items())}
+              for store, run in ((layout["store"], "beta"), (layout["root"] / "elsewhere" / "store", "gamma"),
+                                 (layout["store"], "alpha"))]
+    want = _chart.chart(series, ylabel="loss", xlabel="step")
+    assert got["log"] is want["log"] is True  # 100 down to 0.01 spans decades
+    assert got["yticks"] == want["yticks"] and got["xticks"] == want["xticks"] and got["y"] == want["y"]
+    assert [s["name"] for s in got["series"]] == ["beta", "gamma", "alpha"]
+    assert [s["points"] for s in got["series"]] == [[list(p) for p in s["points"]] for s in want["series"]]
+    assert [(r["store"], r["run"], r["points"]) for r in got["runs"]] == [(mine, "beta", 80), (theirs, "gamma", 60),
+                                                                          (mine, "alpha", 50)]
+
+
+async def test_a_chart_draws_no_line_for_a_run_without_the_curve_or_damaged_and_says_why(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    got = await chart(jp_fetch, "loss", f"{sid}/alpha", f"{sid}/broken")
+    assert [len(s["points"]) for s in got["series"]] == [50, 0]
+    assert "summary.json" in got["runs"][1]["missing"] and str(layout["root"]) not in got["runs"][1]["missing"]
+    got = await chart(jp_fetch, "accuracy", f"{sid}/alpha")
+    assert got["runs"][0]["missing"] == "no such curve" and got["y"] is None
+
+
+@pytest.mark.parametrize("runs, status", [((), 400), (("no-slash",), 400), (("/alpha",), 400),
+                                          (("nosuchstore/alpha",), 404), ((None, "nosuchrun"), 404),
+                                          ((None,) * 21, 400)])
+async def test_a_chart_asked_wrong_gets_400_or_404_naming_the_fix(jp_fetch, layout, runs, status):
+    sid = await the_store(jp_fetch)
+    runs = [f"{sid}/alpha" if r is None else f"{sid}/{r}" if r == "nosuchrun" else r for r in runs]
+    with pytest.raises(HTTPClientError) as e:
+        await chart(jp_fetch, "loss", *runs)
+    assert e.value.code == status
+    assert orjson.loads(e.value.response.body)["message"]
+
+
 async def test_per_node_time_and_facts_one_forward_a_page(jp_fetch, layout):
     sid = await the_store(jp_fetch)
     nodes = (await get(jp_fetch, "stores", sid, "runs", "alpha", "nodes"))["nodes"]
@@ -497,6 +542,7 @@ async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch
     outside_ids = [store_id(r) for r in ("link-store", "../OUTSIDE-store", str(layout["outside"]),
                                           os.path.relpath(layout["sibling"] / "store", layout["root"]))]
     base = jp_base_url.rstrip("/") + "/somatize/stores"
+    chart_at = jp_base_url.rstrip("/") + "/somatize/chart"
     urls = []
     for bad in HOSTILE + outside_ids:
         urls += [("GET", f"{base}/{bad}/runs"), ("GET", f"{base}/{bad}/runs/beta/curve"),
@@ -504,7 +550,9 @@ async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch
                  ("GET", f"{base}/{sid}/runs/{bad}/nodes"), ("GET", f"{base}/{sid}/runs/{bad}/facts"),
                  ("GET", f"{base}/{sid}/runs/{bad}/findings"),
                  ("DELETE", f"{base}/{sid}/runs/{bad}"), ("DELETE", f"{base}/{bad}/runs/beta"),
-                 ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}")]
+                 ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}"),
+                 ("GET", f"{chart_at}?run={urllib.parse.quote(bad, safe='')}/beta"),
+                 ("GET", f"{chart_at}?run={sid}/{urllib.parse.quote(bad, safe='')}")]
     assert len(HOSTILE) >= 40
     _WATCHING = []
     answers = {}

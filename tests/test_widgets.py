@@ -17,8 +17,7 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
-from somatize._widgets import _chart
-from somatize.record import Live, facts, progress, spent
+from somatize.record import Live, _chart, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
 from pictures import SVG, curve, durations, fill_of, parse, percents, reads_as, stats, text_of

@@ -51,14 +51,17 @@ export interface IRunPage {
   next: number | null;
 }
 
-export interface ICurve {
-  run: string;
-  name: string;
-  points: number;
-  forward: number[];
-  value: number[];
-  min: number | null;
-  max: number | null;
+/** What the server's chart route answers: somatize's one chart (record/_chart.py). */
+export interface IChart {
+  log: boolean;
+  xlabel: string;
+  ylabel: string;
+  x: [number, number];
+  y: [number, number] | null; // on a log axis, log10 of the values
+  xticks: [number, string][];
+  yticks: [number, string][];
+  series: { name: string; points: [number, number][] }[];
+  runs: { store: string; run: string; points?: number; min?: number | null; max?: number | null; missing?: string }[];
 }
 
 export interface INode {
@@ -94,20 +97,6 @@ export function number(v: number | null | undefined, digits = 4): string {
 }
 
 /** Round values between lo and hi for an axis (steps of 1, 2 or 5 × 10^k). */
-export function ticks(lo: number, hi: number, count = 5): number[] {
-  const span = hi - lo;
-  if (!(span > 0) || !Number.isFinite(span)) {
-    return [lo];
-  }
-  const mag = 10 ** Math.floor(Math.log10(span / count));
-  const step = [1, 2, 5, 10].map(m => m * mag).find(s => span / s <= count) ?? 10 * mag;
-  const out: number[] = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
-    out.push(Number(t.toPrecision(12)));
-  }
-  return out;
-}
-
 export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) {
     return '–';

@@ -1,13 +1,15 @@
 /**
  * The main-area panel for the runs chosen in the sidebar: their curves
- * overlaid with a legend (each series cut to at most 2,000 points by the
- * server, its extremes kept), where the time went per node, their
+ * overlaid with a legend, as the server's chart route decides them with the
+ * notebook panels' one chart (record/_chart.py: log scale when the values
+ * span decades, every tick with its label; each series cut to at most 2,000
+ * points, its extremes kept), drawn here at the panel's width, where the time went per node, their
  * summaries side by side and their findings (somatize.diagnose). Colours are JupyterLab's theme variables.
  */
 import { Widget } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
 
-import { IChosen, ICurve, IFinding, INode, IRun, best, configValue, duration, hasConfig, number, ticks } from './model';
+import { IChart, IChosen, IFinding, INode, IRun, best, configValue, duration, hasConfig, number } from './model';
 import { el } from './dom';
 import { requestAPI } from './request';
 
@@ -80,15 +82,14 @@ export class RunsPanel extends Widget {
     window.clearTimeout(this.timer);
     const rows = await Promise.all(this.chosen.map(c => requestAPI<IRun>(base(c)).catch(() => c.row)));
     this.chosen = this.chosen.map((c, i) => ({ store: c.store, row: rows[i] }));
-    const curves = await Promise.all(
-      this.chosen.map(c =>
-        requestAPI<ICurve>(`${base(c)}/curve`, { name: this.curveName }).catch(() => null)
-      )
-    );
+    const chart = await requestAPI<IChart>('chart', {
+      name: this.curveName,
+      run: this.chosen.map(c => `${c.store.id}/${c.row.run}`)
+    }).catch(() => null);
     const nodes = await Promise.all(
       this.chosen.map(c => requestAPI<{ nodes: INode[] }>(`${base(c)}/nodes`).catch(() => ({ nodes: [] as INode[] })))
     );
-    this.drawCurves(curves);
+    this.drawCurves(chart);
     this.drawSpent(nodes.map(n => n.nodes));
     this.drawTable();
     const found = await Promise.all(
@@ -121,60 +122,68 @@ export class RunsPanel extends Widget {
     }
   }
 
-  private drawCurves(curves: (ICurve | null)[]): void {
-    this.drawn = curves;
+  private drawCurves(data: IChart | null): void {
+    this.drawn = data;
     // drawn at the panel's own width, so the text keeps its size
     const W = Math.max(320, Math.min(900, (this.node.clientWidth || 680) - 40));
     const H = Math.round(Math.min(320, Math.max(220, W * 0.45)));
     const M = { left: 56, right: 16, top: 12, bottom: 36 };
     this.curves.replaceChildren(el('h3', 'smz-h', `${this.curveName} by step`));
-    const drawn = curves.filter((c): c is ICurve => c !== null && c.value.length > 0);
-    if (!drawn.length) {
-      this.curves.appendChild(el('p', 'smz-empty', `No run here has a curve “${this.curveName}” yet.`));
+    if (!data || !data.y || !data.series.some(s => s.points.length)) {
+      const why = data ? `No run here has a curve “${this.curveName}” yet.` : 'Could not read the curves.';
+      this.curves.appendChild(el('p', 'smz-empty', why));
       return;
     }
-    const xs = drawn.flatMap(c => [c.forward[0], c.forward[c.forward.length - 1]]);
-    const ys = drawn.flatMap(c => [c.min ?? 0, c.max ?? 0]);
-    const [x0, x1] = [Math.min(...xs), Math.max(...xs, Math.min(...xs) + 1)];
-    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-    if (y0 === y1) {
-      [y0, y1] = [y0 - 1, y1 + 1];
+    if (data.log) {
+      this.curves.firstElementChild!.textContent = `${this.curveName} by step, on a log scale`;
     }
-    const sx = (x: number) => M.left + ((x - x0) / (x1 - x0)) * (W - M.left - M.right);
-    const sy = (y: number) => H - M.bottom - ((y - y0) / (y1 - y0)) * (H - M.top - M.bottom);
+    const [x0, x1] = data.x;
+    const [y0, y1] = data.y;
+    const f = data.log ? Math.log10 : (v: number) => v; // y is in the axis's own space
+    const sx = (x: number) => M.left + ((x - x0) / (x1 - x0 || 1)) * (W - M.left - M.right);
+    const sy = (y: number) => H - M.bottom - ((f(y) - y0) / (y1 - y0 || 1)) * (H - M.top - M.bottom);
     const chart = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: 'smz-chart', role: 'img' });
-    chart.setAttribute('aria-label', `${this.curveName} of ${drawn.length} runs`);
+    chart.setAttribute('aria-label', `${data.ylabel} of ${data.series.length} runs`);
+    chart.dataset.log = String(data.log);
     chart.appendChild(svg('rect', { x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom, class: 'smz-plot' }));
-    for (const y of ticks(y0, y1, 5)) {
+    for (const [y, label] of data.yticks) {
       chart.appendChild(svg('line', { x1: M.left, x2: W - M.right, y1: sy(y), y2: sy(y), class: 'smz-grid' }));
-      const text = svg('text', { x: M.left - 6, y: sy(y) + 4, 'text-anchor': 'end', class: 'smz-tick' });
-      text.textContent = number(y);
+      const text = svg('text', { x: M.left - 6, y: sy(y) + 4, 'text-anchor': 'end', class: 'smz-tick', 'data-value': y });
+      text.textContent = label;
       chart.appendChild(text);
     }
-    for (const x of ticks(x0, x1, Math.max(2, Math.floor(W / 110))).filter(Number.isInteger)) {
+    // as many x labels as the width holds apart (Python gives them all; the widest sets the spacing)
+    const widest = Math.max(...data.xticks.map(([, s]) => s.length)) * 6.6 + 12;
+    const every = Math.max(1, Math.ceil((widest * data.xticks.length) / (W - M.left - M.right)));
+    data.xticks.forEach(([x, label], i) => {
+      if (i % every) {
+        return;
+      }
       chart.appendChild(svg('line', { x1: sx(x), x2: sx(x), y1: H - M.bottom, y2: H - M.bottom + 4, class: 'smz-grid' }));
-      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': 'middle', class: 'smz-tick' });
-      text.textContent = String(x);
+      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': 'middle', class: 'smz-tick', 'data-value': x });
+      text.textContent = label;
       chart.appendChild(text);
-    }
+    });
     const axis = svg('text', { x: (W + M.left) / 2, y: H - 4, 'text-anchor': 'middle', class: 'smz-axis' });
-    axis.textContent = 'step';
+    axis.textContent = data.xlabel;
     chart.appendChild(axis);
     const legend = el('ul', 'smz-legend');
-    curves.forEach((c, i) => {
+    data.series.forEach((s, i) => {
       const color = COLORS[i % COLORS.length];
-      const run = this.chosen[i].row.run;
-      if (c && c.value.length) {
-        const points = c.value.map((v, j) => `${sx(c.forward[j]).toFixed(1)},${sy(v).toFixed(1)}`).join(' ');
-        const line = svg('polyline', { points, class: 'smz-curve', 'data-run': run, 'data-points': c.value.length });
+      const told = data.runs[i];
+      if (s.points.length) {
+        const points = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+        const line = svg('polyline', { points, class: 'smz-curve', 'data-run': s.name, 'data-points': s.points.length });
         line.style.stroke = color;
         chart.appendChild(line);
       }
       const item = el('li', 'smz-legend-item');
       const swatch = el('span', 'smz-swatch');
       swatch.style.background = color;
-      item.append(swatch, el('span', 'smz-legend-name', run));
-      item.title = c ? `${run}: ${c.points} points, min ${number(c.min)}, max ${number(c.max)}` : `${run}: no such curve`;
+      item.append(swatch, el('span', 'smz-legend-name', s.name));
+      item.title = told.missing
+        ? `${s.name}: ${told.missing}`
+        : `${s.name}: ${told.points} points, min ${number(told.min)}, max ${number(told.max)}`;
       legend.appendChild(item);
     });
     this.curves.append(chart, legend);
@@ -277,7 +286,7 @@ export class RunsPanel extends Widget {
   }
 
   private findings: HTMLElement;
-  private drawn: (ICurve | null)[] | null = null;
+  private drawn: IChart | null = null;
   private curveName: string;
   private picker: HTMLSelectElement;
   private curves: HTMLElement;

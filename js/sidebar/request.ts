@@ -29,16 +29,19 @@ export class RequestError extends Error {
 
 const cache = new Map<string, { etag: string; data: unknown }>();
 
-function url(path: string, query: Record<string, string | number> = {}): string {
+/** A query string's arguments; a list is the argument given once per item. */
+export type IQuery = Record<string, string | number | (string | number)[]>;
+
+function url(path: string, query: IQuery = {}): string {
   const settings = ServerConnection.makeSettings();
   const parts = path.split('/').map(encodeURIComponent);
   const q = Object.entries(query)
-    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .flatMap(([k, v]) => (Array.isArray(v) ? v : [v]).map(one => `${encodeURIComponent(k)}=${encodeURIComponent(String(one))}`))
     .join('&');
   return URLExt.join(settings.baseUrl, 'somatize', ...parts) + (q ? `?${q}` : '');
 }
 
-async function send(path: string, init: RequestInit, query?: Record<string, string | number>): Promise<Response> {
+async function send(path: string, init: RequestInit, query?: IQuery): Promise<Response> {
   const settings = ServerConnection.makeSettings();
   let response: Response;
   try {
@@ -73,7 +76,7 @@ async function failure(response: Response): Promise<Error> {
 }
 
 /** GET a route's JSON, answered from memory when the server says 304. */
-export async function requestAPI<T>(path: string, query?: Record<string, string | number>): Promise<T> {
+export async function requestAPI<T>(path: string, query?: IQuery): Promise<T> {
   const key = url(path, query);
   const known = cache.get(key);
   const headers: Record<string, string> = {};

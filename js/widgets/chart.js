@@ -1,5 +1,5 @@
 // The line chart every somatize panel draws (Live and progress): plain
-// ESM, no bundler. Python (somatize/_widgets/_chart.py) decides the scale,
+// ESM, no bundler. Python (somatize/record/_chart.py) decides the scale,
 // the ranges and every tick with its label, and sends them as data; this
 // code only places that data at the width the cell gives it, so the page
 // and the static picture agree by construction. Colours are the strings

@@ -44,11 +44,12 @@ import numpy as np
 import orjson
 import xxhash
 
-from .._base.errors import DamagedError, SomatizeError
+from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
 from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
 from ..record import _runs
+from ..record._chart import chart
 from ..record._check import check_run
 from ..record._summary import config_columns
 
@@ -57,6 +58,7 @@ MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
 SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
+CHART_RUNS = 20  # runs one chart overlays at most
 FACTS_PAGE = 10_000  # facts in one answer at most
 _SHAPE = 3  # the shape of a row: part of every listing's tag (bump it when _row changes)
 
@@ -444,6 +446,33 @@ class Browser:
         at = downsample(value, max(2, min(points, POINTS)))
         return {"run": run, "name": series.name, "points": total, "not_finite": int(total - len(value)),
                 "forward": forward[at].tolist(), "value": value[at].tolist(), **exact}
+
+    def chart(self, name: str, runs: list[tuple[str, str]]) -> dict:
+        """Curve ``name`` of several runs (each ``(store id, run)``), overlaid
+        as the notebook panels draw a chart: ``_chart.chart``'s scale (log when
+        the values span decades), ranges and every tick with its label, each
+        run's points cut down as the curve route cuts them. ``runs`` says, for
+        each run in order, its store id, name, points, exact min and max, or
+        ``missing`` (why it draws no line: no such curve, or damage).
+        A store or run that is not there is NotFound."""
+        if not runs:
+            raise Bad("name the runs to chart: run=<store id>/<run>, once for each")
+        if len(runs) > CHART_RUNS:
+            raise Bad(f"a chart overlays at most {CHART_RUNS} runs, not {len(runs)}: open fewer at once")
+        series, told = [], []
+        for sid, run in runs:
+            try:
+                c = self.curve(sid, run, name)
+            except NotFound:  # no such store or run: the request is wrong
+                raise
+            except SomatizeError as e:  # no such curve (yet), or a run that cannot say: no line, and why
+                series.append({"name": run, "color": "", "points": []})
+                missing = "no such curve" if isinstance(e, SomatizeKeyError) else _relative(str(e), self.root)
+                told.append({"store": sid, "run": run, "missing": missing})
+                continue
+            series.append({"name": run, "color": "", "points": list(zip(c["forward"], c["value"]))})
+            told.append({"store": sid, "run": run, "points": c["points"], "min": c["min"], "max": c["max"]})
+        return {**chart(series, ylabel=name, xlabel="step"), "runs": told}
 
     def nodes(self, sid: str, run: str) -> list[dict]:
         from ..record import nodes

@@ -25,7 +25,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .._base.errors import SomatizeError, SomatizeKeyError
-from ._browse import PAGE, POINTS, Bad, Browser, Busy, NotFound
+from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound
 
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
@@ -135,9 +135,27 @@ FindingsHandler = _run_view(lambda h, sid, run: h.browser.findings(sid, run))
 FactsHandler = _run_view(lambda h, sid, run: h.browser.facts(sid, run, h._int("forward", 0)))
 
 
+class ChartHandler(_Handler):
+    """``chart?name=loss&run=<store id>/<run>&run=...``: one chart of several
+    runs, from any stores (``Browser.chart``)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self):
+        name = self.get_query_argument("name", "loss")[:300]
+        runs = []
+        for given in self.get_query_arguments("run")[:CHART_RUNS + 1]:
+            sid, slash, run = given.partition("/")
+            if not (sid and slash and run):
+                return self._fail(400, f"run={given[:80]!r}: name a run as <store id>/<run>")
+            runs.append((sid, run))
+        await self._answer(lambda: self.browser.chart(name, runs))
+
+
 _ID = r"([^/]+)"
 ROUTES = [
     (r"somatize/stores", StoresHandler),
+    (r"somatize/chart", ChartHandler),
     (rf"somatize/stores/{_ID}/runs", RunsHandler),
     (rf"somatize/stores/{_ID}/runs/{_ID}", RunHandler),
     (rf"somatize/stores/{_ID}/runs/{_ID}/curve", CurveHandler),

@@ -15,7 +15,8 @@ import base64
 import math
 from html import escape
 
-from . import _chart, _svg
+from ..record import _chart
+from . import _svg
 
 SHOWN = 8  # curves drawn at most: the worst findings'; the rest are listed
 POINTS = 1000  # points a curve is thinned to

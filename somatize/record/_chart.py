@@ -3,8 +3,12 @@
 The rule it keeps: the static picture and the live view agree by
 construction. Python decides the scale (linear or log), the ranges and every
 tick (value and label) here; `_svg.line_chart` draws that data without a
-browser, and `js/widgets/chart.js` draws the very same data in the page at
-whatever width the cell gives it. Neither side computes a tick of its own.
+browser, `js/widgets/chart.js` draws the very same data in the page at
+whatever width the cell gives it, and the run browser's panel
+(`js/sidebar/panel.ts`) draws what the server's chart route answers with it.
+None of them computes a tick of its own. It lives in the record layer, below
+both the notebook panels (`_widgets`) and the server (`_server`), and imports
+nothing of either.
 
 Steps are whole numbers: the step axis never shows 0.5. A log axis shows at
 most `MAX_TICKS` labels evenly spread along it: 1-2-5 in each decade when the
