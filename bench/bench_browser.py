@@ -10,7 +10,8 @@ in-process on ``_browse.Browser`` (no HTTP):
 1. listing a store of 1,000 runs: the first time (every summary read) and
    again (summaries unchanged, rows reused) — target <= 100 ms;
 2. listing a store of 10,000 runs, all ten pages of 1,000 — target <= 1 s;
-3. a curve of 1M points cut to 2,000 and served — target <= 100 ms;
+3. a curve of 1M points cut to 2,000 and served — target <= 100 ms; the
+   same curve as the panel's chart (record/_chart: scale, ticks, labels);
 4. an unchanged listing of 1,000 runs polled with its ETag (304) — target <= 5 ms.
 """
 
@@ -147,6 +148,7 @@ def main():
         pages(lambda o: browser10k.runs(b, offset=o)["next"])
         warm10k = median_ms(lambda: pages(lambda o: browser10k.runs(b, offset=o)["next"]), repeat=3)
         curve = median_ms(lambda: browser.curve(c, "long", "loss"))
+        chart = median_ms(lambda: browser.chart("loss", [(c, "long")]))
         # the listings above queued every run's count of findings: let them land
         # here, so they do not weigh on the HTTP figures below
         t = time.perf_counter()
@@ -175,6 +177,9 @@ def main():
             served = json.loads(server.get(f"somatize/stores/{c}/runs/long/curve?name=loss")[2])
             assert len(served["value"]) <= 2000 and served["points"] == POINTS
             h_curve = median_ms(lambda: server.get(f"somatize/stores/{c}/runs/long/curve?name=loss"))
+            drawn = json.loads(server.get(f"somatize/chart?name=loss&run={c}/long")[2])
+            assert len(drawn["series"][0]["points"]) <= 2000 and drawn["runs"][0]["points"] == POINTS
+            h_chart = median_ms(lambda: server.get(f"somatize/chart?name=loss&run={c}/long"))
         finally:
             server.close()
 
@@ -185,6 +190,7 @@ def main():
             ("list 10,000 runs in 10 pages, first time", h_cold10k, cold10k, 1000),
             ("list 10,000 runs in 10 pages again", h_warm10k, warm10k, 1000),
             (f"curve of {POINTS:,} points cut to 2,000, served", h_curve, curve, 100),
+            ("  the same as the panel's chart (scale, ticks, labels)", h_chart, chart, 100),
             ("poll an unchanged 1,000-run listing with its ETag (304)", h_poll, None, 5),
         ]
         print(f"{'':58} {'HTTP ms':>9} {'in-process ms':>14} {'target ms':>10}")
