@@ -344,6 +344,7 @@ async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch
     assert got["min"] == values.min() and got["max"] == values.max()
     assert min(got["value"]) == values.min() and max(got["value"]) == values.max()
     assert got["forward"] == sorted(got["forward"])
+    assert got["forward"][0] == 0 and got["forward"][-1] == 29_999  # the x range a chart of it spans
     # each point served is the run's own point
     served = curve(layout["store"], "long", "loss")
     assert [served[f] for f in got["forward"][:50]] == got["value"][:50]
@@ -372,25 +373,30 @@ async def test_a_chart_overlays_runs_of_two_stores_as_the_notebook_panels_chart_
                                                                           (mine, "alpha", 50)]
 
 
-async def test_a_chart_draws_no_line_for_a_run_without_the_curve_or_damaged_and_says_why(jp_fetch, layout):
+async def test_a_chart_draws_no_line_for_a_run_without_the_curve_damaged_or_gone_and_says_why(jp_fetch, layout):
     sid = await the_store(jp_fetch)
-    got = await chart(jp_fetch, "loss", f"{sid}/alpha", f"{sid}/broken")
-    assert [len(s["points"]) for s in got["series"]] == [50, 0]
+    got = await chart(jp_fetch, "loss", f"{sid}/alpha", f"{sid}/broken", f"{sid}/deleted-since")
+    assert [len(s["points"]) for s in got["series"]] == [50, 0, 0]
     assert "summary.json" in got["runs"][1]["missing"] and str(layout["root"]) not in got["runs"][1]["missing"]
+    assert "no run 'deleted-since'" in got["runs"][2]["missing"]
     got = await chart(jp_fetch, "accuracy", f"{sid}/alpha")
     assert got["runs"][0]["missing"] == "no such curve" and got["y"] is None
 
 
-@pytest.mark.parametrize("runs, status", [((), 400), (("no-slash",), 400), (("/alpha",), 400),
-                                          (("nosuchstore/alpha",), 404), ((None, "nosuchrun"), 404),
-                                          ((None,) * 21, 400)])
-async def test_a_chart_asked_wrong_gets_400_or_404_naming_the_fix(jp_fetch, layout, runs, status):
+@pytest.mark.parametrize("runs, status, says", [
+    ((), 400, "name the runs to chart: run=STORE_ID/RUN, once for each"),
+    (("no-slash",), 400, "run='no-slash': name a run as run=STORE_ID/RUN"),
+    (("/alpha",), 400, "run='<path>': name a run as run=STORE_ID/RUN"),  # what looks like a path is never echoed
+    (("nosuchstore/alpha",), 404,
+     "no store 'nosuchstore' under the server's root: list them again (GET somatize/stores)"),
+    (("SID/nosuchrun", "SID/nosuchrun-either"), 404, "no run 'nosuchrun' in this store"),
+    (("SID/alpha",) * 100, 400, "a chart overlays at most 20 runs, not 100: open fewer at once")])
+async def test_a_chart_asked_wrong_gets_400_or_404_naming_the_fix(jp_fetch, layout, runs, status, says):
     sid = await the_store(jp_fetch)
-    runs = [f"{sid}/alpha" if r is None else f"{sid}/{r}" if r == "nosuchrun" else r for r in runs]
     with pytest.raises(HTTPClientError) as e:
-        await chart(jp_fetch, "loss", *runs)
+        await chart(jp_fetch, "loss", *(r.replace("SID", sid) for r in runs))
     assert e.value.code == status
-    assert orjson.loads(e.value.response.body)["message"]
+    assert orjson.loads(e.value.response.body)["message"] == says
 
 
 async def test_per_node_time_and_facts_one_forward_a_page(jp_fetch, layout):
@@ -552,7 +558,8 @@ async def test_hostile_ids_get_400_or_404_and_nothing_outside_is_opened(jp_fetch
                  ("DELETE", f"{base}/{sid}/runs/{bad}"), ("DELETE", f"{base}/{bad}/runs/beta"),
                  ("GET", f"{base}/{sid}/runs/beta/curve?name={bad}"),
                  ("GET", f"{chart_at}?run={urllib.parse.quote(bad, safe='')}/beta"),
-                 ("GET", f"{chart_at}?run={sid}/{urllib.parse.quote(bad, safe='')}")]
+                 ("GET", f"{chart_at}?run={sid}/{urllib.parse.quote(bad, safe='')}"),
+                 ("GET", f"{chart_at}?run={bad}/beta"), ("GET", f"{chart_at}?run={sid}/{bad}")]
     assert len(HOSTILE) >= 40
     _WATCHING = []
     answers = {}

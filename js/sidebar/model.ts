@@ -61,7 +61,15 @@ export interface IChart {
   xticks: [number, string][];
   yticks: [number, string][];
   series: { name: string; points: [number, number][] }[];
-  runs: { store: string; run: string; points?: number; min?: number | null; max?: number | null; missing?: string }[];
+  runs: {
+    store: string;
+    run: string;
+    points?: number;
+    not_finite?: number;
+    min?: number | null;
+    max?: number | null;
+    missing?: string;
+  }[];
 }
 
 export interface INode {
@@ -96,7 +104,6 @@ export function number(v: number | null | undefined, digits = 4): string {
   return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(digits)));
 }
 
-/** Round values between lo and hi for an axis (steps of 1, 2 or 5 × 10^k). */
 export function duration(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) {
     return '–';

@@ -14,6 +14,7 @@ import { el } from './dom';
 import { requestAPI } from './request';
 
 const SVG = 'http://www.w3.org/2000/svg';
+const CHART_RUNS = 20; // runs the server's chart route overlays at most (_browse.CHART_RUNS)
 export const COLORS = [
   'var(--jp-brand-color1)',
   'var(--jp-warn-color1)',
@@ -82,10 +83,11 @@ export class RunsPanel extends Widget {
     window.clearTimeout(this.timer);
     const rows = await Promise.all(this.chosen.map(c => requestAPI<IRun>(base(c)).catch(() => c.row)));
     this.chosen = this.chosen.map((c, i) => ({ store: c.store, row: rows[i] }));
+    // the server overlays at most CHART_RUNS runs in one chart; a failure says why
     const chart = await requestAPI<IChart>('chart', {
       name: this.curveName,
-      run: this.chosen.map(c => `${c.store.id}/${c.row.run}`)
-    }).catch(() => null);
+      run: this.chosen.slice(0, CHART_RUNS).map(c => `${c.store.id}/${c.row.run}`)
+    }).catch((e: Error) => e.message || 'the server did not answer');
     const nodes = await Promise.all(
       this.chosen.map(c => requestAPI<{ nodes: INode[] }>(`${base(c)}/nodes`).catch(() => ({ nodes: [] as INode[] })))
     );
@@ -122,20 +124,27 @@ export class RunsPanel extends Widget {
     }
   }
 
-  private drawCurves(data: IChart | null): void {
+  private drawCurves(data: IChart | string): void {
     this.drawn = data;
     // drawn at the panel's own width, so the text keeps its size
     const W = Math.max(320, Math.min(900, (this.node.clientWidth || 680) - 40));
     const H = Math.round(Math.min(320, Math.max(220, W * 0.45)));
     const M = { left: 56, right: 16, top: 12, bottom: 36 };
     this.curves.replaceChildren(el('h3', 'smz-h', `${this.curveName} by step`));
-    if (!data || !data.y || !data.series.some(s => s.points.length)) {
-      const why = data ? `No run here has a curve “${this.curveName}” yet.` : 'Could not read the curves.';
+    if (typeof data === 'string') {
+      this.curves.appendChild(el('p', 'smz-empty', `Could not read the curves: ${data}`));
+      return;
+    }
+    if (!data.y || !data.y.every(Number.isFinite) || !data.series.some(s => s.points.length)) {
+      const odd = data.runs.some(r => r.not_finite);
+      const why = odd ? `No finite value of “${this.curveName}” to draw.` : `No run here has a curve “${this.curveName}” yet.`;
       this.curves.appendChild(el('p', 'smz-empty', why));
       return;
     }
-    if (data.log) {
-      this.curves.firstElementChild!.textContent = `${this.curveName} by step, on a log scale`;
+    const title = this.curves.firstElementChild!;
+    title.textContent = `${this.curveName} by step${data.log ? ', on a log scale' : ''}`;
+    if (this.chosen.length > data.series.length) {
+      title.textContent += ` (the first ${data.series.length} of ${this.chosen.length} runs)`;
     }
     const [x0, x1] = data.x;
     const [y0, y1] = data.y;
@@ -286,7 +295,7 @@ export class RunsPanel extends Widget {
   }
 
   private findings: HTMLElement;
-  private drawn: IChart | null = null;
+  private drawn: IChart | string | null = null;
   private curveName: string;
   private picker: HTMLSelectElement;
   private curves: HTMLElement;

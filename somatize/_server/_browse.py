@@ -34,6 +34,7 @@ import fcntl
 import hashlib
 import os
 import queue
+import re
 import secrets
 import shutil
 import stat
@@ -181,7 +182,7 @@ class _Counter:
             try:
                 value = (key, len(diagnose(folder, run=run)), None)
             except Exception as e:  # noqa: BLE001 - a thread that died would leave every later count pending
-                value = (key, None, _relative(str(e), folder)[:300])
+                value = (key, None, public_text(str(e), folder)[:300])
             with self._idle:
                 # not forgotten while it was being counted, nor gone by other means
                 if job in self._queued and os.path.isdir(os.path.join(folder, "runs", run)):
@@ -290,7 +291,7 @@ class Browser:
         if rel is None:
             rel = self._found(find_stores(self.root)).get(sid)
         if rel is None:
-            raise NotFound(f"no store {sid!r} under the server's root: list them again (GET /somatize/stores)")
+            raise NotFound(f"no store {sid[:80]!r} under the server's root: list them again (GET somatize/stores)")
         folder = self._folder(rel)
         if os.path.realpath(folder) != folder or not _is_store(folder):
             raise NotFound(f"store {rel!r} is gone or is no longer a real folder under the server's root")
@@ -453,25 +454,30 @@ class Browser:
         the values span decades), ranges and every tick with its label, each
         run's points cut down as the curve route cuts them. ``runs`` says, for
         each run in order, its store id, name, points, exact min and max, or
-        ``missing`` (why it draws no line: no such curve, or damage).
-        A store or run that is not there is NotFound."""
+        ``missing`` (why it draws no line: no such run or curve, damage).
+        NotFound when not one of the runs is there."""
         if not runs:
-            raise Bad("name the runs to chart: run=<store id>/<run>, once for each")
+            raise Bad("name the runs to chart: run=STORE_ID/RUN, once for each")
         if len(runs) > CHART_RUNS:
             raise Bad(f"a chart overlays at most {CHART_RUNS} runs, not {len(runs)}: open fewer at once")
-        series, told = [], []
+        series, told, unknown = [], [], []
         for sid, run in runs:
             try:
                 c = self.curve(sid, run, name)
-            except NotFound:  # no such store or run: the request is wrong
-                raise
-            except SomatizeError as e:  # no such curve (yet), or a run that cannot say: no line, and why
+            except (SomatizeError, OSError) as e:  # gone since listed, no such curve (yet), damaged, unreadable
+                if isinstance(e, NotFound):
+                    unknown.append(e)
+                why = ("no such curve" if isinstance(e, SomatizeKeyError)
+                       else public_text(str(e), self.root) if isinstance(e, SomatizeError)  # DamagedError too
+                       else f"could not be read ({e.strerror or type(e).__name__})")
                 series.append({"name": run, "color": "", "points": []})
-                missing = "no such curve" if isinstance(e, SomatizeKeyError) else _relative(str(e), self.root)
-                told.append({"store": sid, "run": run, "missing": missing})
+                told.append({"store": sid, "run": run, "missing": why})
                 continue
             series.append({"name": run, "color": "", "points": list(zip(c["forward"], c["value"]))})
-            told.append({"store": sid, "run": run, "points": c["points"], "min": c["min"], "max": c["max"]})
+            told.append({"store": sid, "run": run, "points": c["points"], "not_finite": c["not_finite"],
+                         "min": c["min"], "max": c["max"]})
+        if len(unknown) == len(runs):  # not one run the server knows: the request is wrong
+            raise unknown[0]
         return {**chart(series, ylabel=name, xlabel="step"), "runs": told}
 
     def nodes(self, sid: str, run: str) -> list[dict]:
@@ -625,14 +631,23 @@ def _relative(text: str, root: str) -> str:
     return text.replace(root + os.sep, "").replace(root, ".")
 
 
+_ABSOLUTE = re.compile(r"(?<![\w.~])/[^\s'\"]+")
+
+
+def public_text(text: str, root: str) -> str:
+    """``text`` fit to answer a client: paths under the root relative to it,
+    any other absolute path as ``<path>``."""
+    return _ABSOLUTE.sub("<path>", _relative(text, root))
+
+
 def _row(root: str, s: dict) -> dict:
     """What the sidebar shows of one run: no checksums, no absolute path."""
     name = s["run"]
     row = {"run": name, "state": s["state"]}
     if s["state"] == "damaged":
         problems, _ = check_run(Path(root) / "runs" / name)
-        row["problem"] = _relative(s.get("problem", ""), root)
-        row["check"] = [_relative(p, root) for p in problems]
+        row["problem"] = public_text(s.get("problem", ""), root)
+        row["check"] = [public_text(p, root) for p in problems]
         return row
     facts = s.get("summarising") or {}
     steps = facts.get("loss", {}).get("count")
@@ -653,12 +668,13 @@ def _row(root: str, s: dict) -> dict:
 
 def downsample(value: np.ndarray, points: int) -> np.ndarray:
     """Indices (sorted) of at most ``points`` of ``value`` that keep its
-    shape: cut into ``points // 2`` buckets of equal length, the minimum and
-    the maximum of each are kept, so the series' exact extremes always are."""
+    shape: its first and last point (the x range a chart of it spans), and,
+    cut into ``(points - 2) // 2`` buckets of equal length, the minimum and
+    the maximum of each, so the series' exact extremes always are kept."""
     n = len(value)
     if n <= points:
         return np.arange(n)
-    buckets = points // 2
+    buckets = max(1, (points - 2) // 2)
     width = -(-n // buckets)
     buckets = -(-n // width)
     low = np.full(buckets * width, np.inf)
@@ -666,5 +682,6 @@ def downsample(value: np.ndarray, points: int) -> np.ndarray:
     low[:n] = value
     high[:n] = value
     start = np.arange(buckets) * width
-    at = np.concatenate([start + low.reshape(buckets, width).argmin(1), start + high.reshape(buckets, width).argmax(1)])
+    at = np.concatenate([start + low.reshape(buckets, width).argmin(1), start + high.reshape(buckets, width).argmax(1),
+                         [0, n - 1]])
     return np.unique(at)

@@ -25,11 +25,10 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .._base.errors import SomatizeError, SomatizeKeyError
-from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound
+from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound, public_text
 
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
-_ABSOLUTE = re.compile(r"(?<![\w.~])/[^\s'\"]+")
 _TAGS = re.compile(r'"([^"]*)"')  # the tags of an If-None-Match header (weak or strong)
 
 
@@ -67,11 +66,9 @@ class _Handler(APIHandler):
         return self.finish(orjson.dumps(result))
 
     def _fail(self, status, error):
-        root = self.browser.root
-        text = str(error).replace(root + os.sep, "").replace(root, ".")
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        return self.finish(orjson.dumps({"message": _ABSOLUTE.sub("<path>", text)}))
+        return self.finish(orjson.dumps({"message": public_text(str(error), self.browser.root)}))
 
     def _int(self, name, default, low=0, high=1 << 62) -> int:
         raw = self.get_query_argument(name, None)
@@ -143,11 +140,14 @@ class ChartHandler(_Handler):
     @authorized
     async def get(self):
         name = self.get_query_argument("name", "loss")[:300]
+        given = self.get_query_arguments("run")
+        if len(given) > CHART_RUNS:
+            return self._fail(400, f"a chart overlays at most {CHART_RUNS} runs, not {len(given)}: open fewer at once")
         runs = []
-        for given in self.get_query_arguments("run")[:CHART_RUNS + 1]:
-            sid, slash, run = given.partition("/")
+        for one in given:
+            sid, slash, run = one.partition("/")
             if not (sid and slash and run):
-                return self._fail(400, f"run={given[:80]!r}: name a run as <store id>/<run>")
+                return self._fail(400, f"run={one[:80]!r}: name a run as run=STORE_ID/RUN")
             runs.append((sid, run))
         await self._answer(lambda: self.browser.chart(name, runs))
 

@@ -46,8 +46,13 @@ def tick_label(x):
     (1e5 and 2.5e-7 rather than 100,000 and 2.5e-07)."""
     a = abs(x)
     if a and (a >= 1e4 or a < 1e-3):
-        return f"{x:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+        return _short(f"{x:.3g}")
     return number(x)
+
+
+def _short(text):
+    """A number's text with its exponent written short: 1e5, 2.5e-7."""
+    return text.replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
 
 
 def distinct(values, label):
@@ -65,7 +70,7 @@ def distinct(values, label):
     texts = [label(v) for v in values]
     digits = 4
     while not legible(texts) and digits <= 17:
-        texts = [f"{v:.{digits}g}" for v in values]
+        texts = [_short(f"{v:.{digits}g}") for v in values]
         digits += 1
     return [[v, t] for v, t in zip(values, texts)]
 
