@@ -35,6 +35,8 @@ from labtools import (
     wait_for_findings_counted,
 )
 
+from somatize.record import _chart, curve
+
 # ---- the run browser --------------------------------------------------------------------
 
 SIDEBAR_SHOTS = ARTIFACTS / "sidebar"
@@ -103,6 +105,7 @@ def runs_root(tmp_path):
     record_run(store, "sick", [1.0] * 5 + [50.0] * 20)  # its loss diverged: one finding
     record_run(Store(root / HOSTILE_NAME), "inert", [1.0, 0.5])
     record_run(Store(root / "long-names"), LONG_NAME, [1.0, 0.5])
+    record_run(Store(root / "long-names"), "decades", np.geomspace(100, 0.01, 60))  # a loss over four decades
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells.append(nbformat.v4.new_markdown_cell("Runs, from the sidebar"))
@@ -256,6 +259,23 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 side.locator("tr.smz-row[data-run='beta']").wait_for(state="detached", timeout=30_000)
                 assert side.locator("tr.smz-row[data-run='alpha']").count() == 1
                 assert not (store / "runs" / "beta").exists() and (store / "runs" / "alpha").is_dir()
+
+                # a loss over four decades: the panel draws the notebook panels' log axis, read off the page
+                side.locator("tr.smz-row[data-run='decades']").click()
+                side.locator("button", has_text="Open").click()
+                lone = page.locator(".somatize-runs-panel").last
+                lone.locator("polyline.smz-curve").wait_for(timeout=30_000)
+                want = _chart.chart([{"name": "decades", "color": "", "points": list(
+                    curve(runs_root / "long-names", "decades", "loss").items())}], ylabel="loss")
+                assert want["log"] and lone.locator("svg.smz-chart").get_attribute("data-log") == "true"
+                assert lone.locator(".smz-curves h3").text_content() == "loss by step, on a log scale"
+                ticks = lone.locator(".smz-chart text.smz-tick[text-anchor='end']").evaluate_all(
+                    "ts => ts.map(t => [t.textContent, t.getBoundingClientRect().y])")
+                assert [label for label, _ in ticks] == [label for _, label in want["yticks"]] == \
+                    ["0.01", "0.1", "1", "10", "100"]
+                gaps = [a[1] - b[1] for a, b in zip(ticks, ticks[1:])]  # decades evenly apart, up the page
+                assert all(g > 0 for g in gaps) and max(gaps) - min(gaps) < 1, ticks
+                page.screenshot(path=SIDEBAR_SHOTS / "log-axis-1400.png")
 
                 # insert code into the notebook, and run it there
                 page.locator(".lm-TabBar-tab", has_text="runs.ipynb").first.click()
