@@ -48,9 +48,9 @@ def test_a_trainer_resumed_from_kept_state_takes_the_same_steps_bit_for_bit(tmp_
     first = trainer(every=every, micro=micro)
     for b in data[:10]:  # with every=3, a group is open: 10 = 3 * 3 + 1
         first.step(b)
-    first.keep_state(store, "t/state")
+    first.checkpoint(store, "t/checkpoint")
     second = trainer(every=every, micro=micro)
-    assert second.load_state(store, "t/state") is True
+    assert second.resume(store, "t/checkpoint") is True
     assert (second.steps, second.updates) == (first.steps, first.updates)
     for b in data[second.steps:]:
         second.step(b)
@@ -58,10 +58,10 @@ def test_a_trainer_resumed_from_kept_state_takes_the_same_steps_bit_for_bit(tmp_
     assert second.updates == whole.updates
 
 
-def test_load_state_of_a_name_not_kept_changes_nothing_and_says_so(tmp_path):
+def test_resume_from_a_name_not_kept_changes_nothing_and_says_so(tmp_path):
     t = trainer()
     before = t.export()
-    assert t.load_state(Store(tmp_path / "s"), "nothing/here") is False
+    assert t.resume(Store(tmp_path / "s"), "nothing/here") is False
     assert t.steps == 0 and all(torch.equal(before[n][k], v) for n in before for k, v in t.export()[n].items())
 
 
@@ -69,26 +69,26 @@ def test_a_trainer_made_with_a_kept_state_name_resumes_and_fit_skips_the_steps_d
     store = Store(tmp_path / "s")
     data = batches(12, n=16, dtype=torch.float64)
     whole = trainer().fit(data, epochs=2, progress=False)
-    first = trainer(store, state="t/state", keep_every=5)
+    first = trainer(store, checkpoint="t/checkpoint", checkpoint_every=5)
     for b in data[:7]:
         first.step(b)  # kept at step 5; steps 5 and 6 are lost with the process
-    again = trainer(store, state="t/state", keep_every=5)
+    again = trainer(store, checkpoint="t/checkpoint", checkpoint_every=5)
     assert again.steps == 5
     again.fit(data, epochs=2, progress=False)
     assert again.steps == 24
     same_weights(again, whole)
 
 
-def test_keep_every_without_a_state_name_is_refused_saying_what_to_write():
-    with pytest.raises(ValueError, match="state="):
-        trainer(keep_every=10)
+def test_checkpoint_every_without_a_name_is_refused_saying_what_to_write():
+    with pytest.raises(ValueError, match="checkpoint="):
+        trainer(checkpoint_every=10)
 
 
 def test_a_name_that_holds_something_else_is_refused_naming_it(tmp_path):
     store = Store(tmp_path / "s")
     store.keep("t/weights", {"a": 1})
-    with pytest.raises(ValueError, match="'t/weights'.*not a Trainer's state"):
-        trainer().load_state(store, "t/weights")
+    with pytest.raises(ValueError, match="'t/weights'.*not a Trainer.s checkpoint"):
+        trainer().resume(store, "t/weights")
 
 
 def test_a_recorder_rewound_drops_the_later_forwards_and_numbers_on_from_there(tmp_path):
@@ -136,12 +136,12 @@ CHILD = textwrap.dedent(
     g = built(dtype=torch.float64)
     recorder = Recorder(store, run="train", resume=os.path.exists(os.path.join(sys.argv[1], "runs", "train")))
     t = Trainer(g, torch.nn.functional.mse_loss, torch.optim.Adam(parameters(g), lr=1e-2), every=every,
-                micro=micro, watching=recorder, store=store, state="train/state", keep_every=25)
+                micro=micro, watching=recorder, store=store, checkpoint="train/checkpoint", checkpoint_every=25)
     first_try = t.steps == 0
     for i in range(t.steps, len(data)):
         t.step(data[i])
         if first_try and i + 1 == kill_at:
-            recorder.flush()  # the record now runs ahead of the state kept at step 125
+            recorder.flush()  # the Trainer's held facts first: the record runs ahead of the checkpoint (125)
             os.kill(os.getpid(), signal.SIGKILL)
     t.close_group()
     recorder.close()
@@ -183,3 +183,28 @@ def test_killed_at_step_150_of_300_and_resumed_the_run_ends_as_if_never_stopped(
     assert len(steps) == 300
     report, clean = check_report(tmp_path / "resumed")
     assert clean, report
+
+
+def test_fit_resumed_with_every_3_closes_no_group_in_the_epochs_it_skips(tmp_path):
+    # 10 batches, 2 epochs, every=3: groups (0 1 2) (3 4 5) (6 7 8) (9) per
+    # epoch. Kept at step 12 (epoch 1, batch 2, an open group of 2 steps);
+    # the process dies at step 14. Resumed, fit must not close the kept
+    # group at the end of the epoch it skips.
+    store = Store(tmp_path / "s")
+    data = batches(10, n=16, dtype=torch.float64)
+    whole = trainer(every=3).fit(data, epochs=2, progress=False)
+    first = trainer(store, every=3, checkpoint="t/checkpoint", checkpoint_every=4)
+    done = 0
+    for _ in range(2):
+        for b in data:
+            if done == 14:
+                break
+            first.step(b)
+            done += 1
+        else:
+            first.close_group()
+    again = trainer(store, every=3, checkpoint="t/checkpoint", checkpoint_every=4)
+    assert again.steps == 12
+    again.fit(data, epochs=2, progress=False)
+    assert (again.steps, again.updates) == (whole.steps, whole.updates)
+    same_weights(again, whole, atol=1e-12)

@@ -51,16 +51,17 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from time import perf_counter_ns, time
 
 import torch
 
 from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
-from .._base.values import Data, Opaque
+from .._base.values import Opaque
 from .._graph import engine as _engine
-from .._graph.watchers import Watchers
-from . import _state
+from .._graph.watchers import Watchers, held
+from .._store.store import as_store
+from . import _checkpoint as _kept
+from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
@@ -74,11 +75,15 @@ from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_tor
 # Trainer's whole bar. The indexes make the record of a run the same
 # whatever the machine's speed; the clock only adds steps.
 CLOCKS_FIRST, CLOCKS_EVERY, CLOCKS_AT_MOST_NS = 10, 20, 1_000_000_000
+# How often the losses are read off the device (read_every=): every
+# READ_EVERY steps, and at most READ_AT_MOST_NS after the last read.
+READ_EVERY, READ_AT_MOST_NS = 32, 250_000_000
+PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class NonFiniteLoss(SomatizeError, FloatingPointError):
-    """The objective returned nan or inf; nothing was updated. ``step`` is
-    the step's index, ``loss`` the value."""
+    """The objective returned nan or inf. ``step`` is the step's index,
+    ``loss`` the value."""
 
 
 def _positive_int(what, v):
@@ -96,6 +101,32 @@ class Trainer:
     optimizer's parameters together) before each update. ``store`` is passed
     to every forward, so cached nodes are kept and recalled there.
 
+    ``schedule``: a ``torch.optim.lr_scheduler`` over ``optimizer``, stepped
+    once per update (never per step or piece, never on an update that fp16
+    skipped); each update the clocks are said at records the learning rate,
+    ``lr`` (a fact per parameter group beyond the first, with ``group``).
+
+    ``precision="bf16"`` or ``"fp16"``: the forward and the objective run
+    under ``torch.autocast``; ``fp16`` scales the loss with a
+    ``torch.amp.GradScaler`` (``trainer.scaler``), unscaled once before
+    ``clip``; an update it skips (inf or nan gradients) is not counted and
+    does not step the schedule. ``device="cuda"``: each batch is moved there
+    (tensors in tuples, lists and mappings too, non-blocking); the graph's
+    modules must be there already (move them before building the optimizer,
+    as in any torch loop). ``keys=("x", "y")``: the keys of a mapping batch
+    (a dict, as a Hugging Face dataset's DataLoader yields) that hold the
+    input and the target.
+
+    ``read_every=N``: the losses are read off the device every N steps (and
+    at most 0.25 s apart, at ``close_group``, ``deliver``, a checkpoint and
+    the end of ``fit``), in one go, so a step waits for no device; a
+    watched step's facts reach the watchers then, in order. A non-finite
+    loss is refused on that read, naming its step; the steps after it until
+    the read have already run and updated the weights with it (the cost of
+    not waiting). ``read_every=1`` reads each loss as its step ends and
+    refuses a non-finite one before its backward, touching nothing, at one
+    host sync a step.
+
     A frozen node whose torch side is not frozen yet (gradients on, or no
     weights digest) is frozen here with ``freeze(g)``; an optimizer holding
     a frozen node's parameters is refused.
@@ -105,14 +136,17 @@ class Trainer:
     ``somatize.diagnose`` (see ``_instruments``); ``instruments=False`` turns
     them off.
 
-    ``state="a-name"`` with ``keep_every=N`` keeps the Trainer's state in
-    ``store`` under that name every N steps (``keep_state``), and a Trainer
-    made with a name already kept resumes from it (``load_state``): a task
-    retried after its process died continues where the state was kept.
+    ``checkpoint="a-name"`` with ``checkpoint_every=N`` keeps a checkpoint in
+    ``store`` under that name every N steps (``checkpoint()``), and a Trainer
+    made with a name already kept resumes from it (``resume()``): a task
+    retried after its process died goes on as if never stopped.
+    ``checkpoint_also=[...]``: more objects whose state goes with it (any
+    with ``state_dict``/``load_state_dict``, or a ``torch.Generator``).
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
-                 state=None, keep_every=None, instruments=True):
+                 schedule=None, precision=None, device=None, keys=None, read_every=READ_EVERY,
+                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -129,48 +163,95 @@ class Trainer:
             )
         self.every = _positive_int("every", every)
         self.micro = _positive_int("micro", micro)
+        self.read_every = _positive_int("read_every", read_every)
         if clip is not None:
             if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not clip > 0 or not math.isfinite(clip):
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, "
                                          "or clip=None")
             clip = float(clip)
+        if schedule is not None and getattr(schedule, "optimizer", None) is not optimizer:
+            raise SomatizeValueError(
+                f"schedule={type(schedule).__name__} does not schedule the Trainer's optimizer: build it over "
+                "the same one, e.g. schedule=torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)"
+            )
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
-        self._watchers = Watchers(watching, where="the Trainer's watching=")
-        self._watched = bool(self._watchers.all)
+        self.schedule = schedule
+        self.keys = checked_keys(keys)
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
         frozen = frozen_parameters(g)
-        held = sorted({frozen[id(p)] for p in params if id(p) in frozen})
-        if held:
+        held_by = sorted({frozen[id(p)] for p in params if id(p) in frozen})
+        if held_by:
             raise SomatizeValueError(
-                f"the optimizer holds parameters of frozen node(s) {held}; a frozen node is "
+                f"the optimizer holds parameters of frozen node(s) {held_by}; a frozen node is "
                 "settled and its weights may not move. Build the optimizer over "
                 "somatize.torch.parameters(g), which leaves frozen nodes out."
             )
         if not_frozen_in_torch(g):
             freeze(g)
         self._params = params
-        self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
+        self.device = self._checked_device(device, params)
+        where = self.device.type if self.device is not None else (params[0].device.type if params else "cpu")
+        if precision is not None and precision not in PRECISIONS:
+            raise SomatizeValueError(f"precision={precision!r}: give 'bf16', 'fp16' or None (the weights' own)")
+        self.precision = precision
+        self._autocast = None if precision is None else (where, PRECISIONS[precision])
+        self.scaler = torch.amp.GradScaler(where) if precision == "fp16" else None
+
+        self._watchers = Watchers(watching, where="the Trainer's watching=")  # the watchers, as given
+        self._watched = bool(self._watchers.all)
+        self._held = []  # facts held back until the next read (watched, read_every > 1)
+        defer = self._watched and self.read_every > 1
+        self._emitting = held(self._held) if defer else self._watchers  # what the graph and the facts go to
+        if defer:
+            for w in self._watchers.all:
+                if callable(getattr(w, "held_by", None)):
+                    w.held_by(self._hand_over)  # a Recorder flushed or closed gets what was done first
+        self._unraised = None  # a non-finite loss read where it could not be refused (_hand_over)
+        self._resumable = [w for w in self._watchers.all
+                           if callable(getattr(w, "checkpoint", None)) and callable(getattr(w, "rewind", None))]
+        self._instruments = (Instruments(g, optimizer, self._emitting.emit)
+                             if instruments and self._watched else None)
         self._graph_forward = g.forward
-        self._fast = self.every == 1 and self.micro == 1
+        self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
+        self.loss = None  # the last loss read off the device (a float)
+        self._losses = []  # the losses of the steps not yet read: 0-d tensors
+        self._loss_steps = []  # their steps
+        self._loss_facts = []  # their loss facts (watched), whose value the read fills in
+        self._read_due = perf_counter_ns() + READ_AT_MOST_NS  # by when the losses are read whatever their count
         self._open = 0  # steps in the open group
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
         self._in_graph = 0  # ns spent inside the graph's forwards this step (timed when watched)
-        self._keeping(state, keep_every)
+        self._fit_at = None  # inside fit: [epoch, batches done, the RNG as that epoch drew its order]
+        self._resume_at = None  # resumed: where fit stood, for the next fit to go on from
+        self._also = _kept.checked_also(checkpoint_also)
+        self._checkpoint_name = _kept.checked_name(store, checkpoint, checkpoint_every)
+        self._checkpoint_every = None if checkpoint_every is None else _positive_int("checkpoint_every",
+                                                                                     checkpoint_every)
+        if self._checkpoint_name is not None:
+            self.resume()
 
     # -- the primitive
     def step(self, batch):
         """Forward, loss, backward; an update when the group closes.
-        Returns the loss of the whole batch as a float."""
+
+        Returns the loss of the whole batch as a 0-d tensor, detached, on the
+        device, without waiting for it: ``float(trainer.step(b))`` reads it
+        (a host sync); ``trainer.loss`` is the last one read off the device."""
         began = perf_counter_ns()
-        x, y = self._pair(batch)
+        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor and self.keys is None:
+            x, y = batch  # the common case, checked in one line
+        else:
+            x, y = pair(batch, self.keys)
+        if self.device is not None:
+            x, y = moved(x, self.device), moved(y, self.device)
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
@@ -189,25 +270,30 @@ class Trainer:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
                 self._backward(loss, index)
-                self._update()
-                updated = True
+                updated = self._update()
             elif self._fast:
-                value = self._timed(x, y, index)
-                updated = True
+                value, updated = self._timed(x, y, index)
             else:
                 value, updated = self._grouped(x, y, index, clocks)
-        except NonFiniteLoss as e:
+        except NonFiniteLoss as e:  # read_every=1: refused before its backward
             self._drop()
             if self._watched:
-                self._facts(e.loss, False, began, clocks)
+                self._facts(e.loss, False, began, clocks, index)
             raise
         except BaseException:
             self._drop()
+            self._read(check=False)  # what was held back (the failed forward's facts) reaches the watchers
             raise
+        losses = self._losses
+        if self.read_every > 1:
+            losses.append(value)
+            self._loss_steps.append(index)
         if self._watched:
-            self._facts(value, updated, began, clocks)
-        if self._keep_every and self.steps % self._keep_every == 0:
-            self.keep_state()
+            self._facts(value, updated, began, clocks, index)
+        elif len(losses) >= self.read_every or began >= self._read_due:
+            self._read()
+        if self._checkpoint_every and self.steps % self._checkpoint_every == 0:
+            self.checkpoint()
         return value
 
     def _grouped(self, x, y, index, clocks):
@@ -215,18 +301,27 @@ class Trainer:
         if self._open == 0:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
-        value = 0.0
+        value = None
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
         split, now = self._split, perf_counter_ns if clocks else _no_clock
+        autocast, scaler = self._autocast, self.scaler
         for xi, yi in pieces:
-            out = self._forward(xi)
-            t = now()
-            loss = self.objective(out, yi)
+            if autocast is None:
+                out = self._forward(xi)
+                t = now()
+                loss = self.objective(out, yi)
+            else:
+                with torch.autocast(autocast[0], dtype=autocast[1]):
+                    out = self._forward(xi)
+                    t = now()
+                    loss = self.objective(out, yi)
             k = xi.shape[0]
-            value += self._value(loss, index) * k / n
+            part = self._value(loss, index)
+            value = part if k == n else part * (k / n) if value is None else value + part * (k / n)
             scale = k * unit
             t1 = now()
-            self._backward(loss * scale if scale != 1.0 else loss, index)
+            scaled = loss * scale if scale != 1.0 else loss
+            self._backward(scaled if scaler is None else scaler.scale(scaled), index)
             t2 = now()
             split[0] += t1 - t
             split[1] += t2 - t1
@@ -235,7 +330,7 @@ class Trainer:
         closed = self._open == self.every
         if closed:
             t = now()
-            self._close()
+            closed = self._close()
             split[2] += now() - t
         return value, closed
 
@@ -248,9 +343,9 @@ class Trainer:
         t1 = perf_counter_ns()
         self._backward(loss, index)
         t2 = perf_counter_ns()
-        self._update()
+        updated = self._update()
         self._split[:] = (t1 - t0, t2 - t1, perf_counter_ns() - t2)
-        return value
+        return value, updated
 
     def _backward(self, loss, index):
         clock = self._clock
@@ -262,26 +357,16 @@ class Trainer:
 
     def close_group(self):
         """Close a group left open (fewer than ``every`` steps since the last
-        update): update as one step on the concatenation of its batches.
-        Returns whether an update happened."""
+        update): update as one step on the concatenation of its batches, and
+        read the losses held (``deliver``). Returns whether an update happened."""
         if self._open == 0:
+            self.deliver()
             return False
-        self._close()
-        if self._watched:
-            self._watchers.emit({"fact": "updated"})
-        return True
-
-    def flush(self):
-        """Deprecated: ``close_group()``. (``flush`` makes a Recorder's facts
-        durable and sends a Live panel's to the browser; here it meant
-        something else.)"""
-        warnings.warn(
-            "Trainer.flush() is now Trainer.close_group(): it closes the open group of steps "
-            "with an update (flush means making facts durable, on a Recorder)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.close_group()
+        updated = self._close()
+        if updated and self._watched:
+            self._emitting.emit({"fact": "updated"})
+        self.deliver()
+        return updated
 
     def _close(self):
         expected = self.every * self._first_n
@@ -289,24 +374,95 @@ class Trainer:
             grads = [p.grad for p in self._params if p.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, expected / self._group_n)
-        self._update()
+        return self._update()
 
     def _update(self):
+        """Clip, the optimizer's step, zero_grad; the schedule's step. Returns
+        whether the weights moved (fp16's scaler skips an update whose
+        gradients hold inf or nan)."""
         probe = self._instruments if self._instruments is not None and due(self.updates) else None
+        scaler = self.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
         if probe is not None:
             probe.before_update()
         if self.clip is not None:
             torch.nn.utils.clip_grad_norm_(self._params, self.clip)
-        self.optimizer.step()
+        if scaler is None:
+            self.optimizer.step()
+            moved_ = True
+        else:
+            scale = scaler.get_scale()
+            scaler.step(self.optimizer)
+            scaler.update()
+            moved_ = scaler.get_scale() >= scale  # the scale backs off exactly when the update was skipped
         if probe is not None:
             probe.after_update()
         self.optimizer.zero_grad()
-        self.updates += 1
         self._open = self._group_n = 0
+        if moved_:
+            self.updates += 1
+            if self.schedule is not None:
+                self.schedule.step()
+        return moved_
 
     def _drop(self):
         self.optimizer.zero_grad()
         self._open = self._group_n = 0
+
+    # -- the losses, read off the device in bulk
+    def deliver(self):
+        """Read the losses of the steps not read yet off the device, in one
+        go, and hand every fact held back since to the watchers, in order.
+        Raises ``NonFiniteLoss`` naming the first step whose loss was nan or
+        inf. ``step`` does it every ``read_every`` steps; call it to see the
+        facts of the steps so far now."""
+        self._read()
+
+    def _hand_over(self):
+        """A Recorder is flushed, closed or read: what is held back goes first."""
+        self._read(check=False)
+
+    def _read(self, check=True):
+        losses = self._losses
+        bad, self._unraised = self._unraised, None
+        if losses:
+            try:
+                values = torch.stack(losses).tolist()  # the one host sync
+            except RuntimeError:  # losses on several devices
+                values = [t.item() for t in losses]
+            facts = self._loss_facts
+            if facts:
+                for fact, v in zip(facts, values):
+                    fact["value"] = v
+                facts.clear()
+            if bad is None:
+                for i, v in enumerate(values):
+                    if v - v != 0.0:  # nan for inf and nan: not finite
+                        bad = (self._loss_steps[i], v)
+                        break
+            self.loss = values[-1]
+            losses.clear()
+            self._loss_steps.clear()
+        self._read_due = perf_counter_ns() + READ_AT_MOST_NS
+        items = self._held
+        if items:
+            try:
+                self._watchers.replay(items)
+            finally:
+                items.clear()
+        if bad is not None and not check:
+            self._unraised = bad  # refused at the next read that can
+        elif bad is not None:
+            self._drop()
+            e = NonFiniteLoss(
+                f"step {bad[0]}: the loss is {bad[1]}, read off the device {self.steps - 1 - bad[0]} steps "
+                f"later (read_every={self.read_every}), so those steps ran, and updated the weights, after it. "
+                "Resume from a checkpoint kept before it, look at that batch, lower the learning rate or pass "
+                "clip=; read_every=1 refuses a non-finite loss before its backward, touching nothing."
+            )
+            e.step, e.loss = bad
+            raise e
 
     # -- sugar
     def fit(self, batches, epochs=1, progress=True):
@@ -314,7 +470,14 @@ class Trainer:
         (tqdm's text bar on stderr, in a terminal and in a notebook alike: a
         widget bar would be saved in a notebook as it was when it appeared,
         "0%", whereas the text keeps its last state). A group left open at the
-        end of an epoch is closed there (see ``close_group``)."""
+        end of an epoch is closed there (see ``close_group``).
+
+        Resumed from a checkpoint kept inside ``fit``, it goes on at the batch
+        and epoch where that stood: the epochs before are not run again (no
+        group closed in them), and that epoch draws its batches in the same
+        order (torch's RNG and a DataLoader's ``generator`` are put back as
+        they were when the epoch began), the batches already done loaded
+        again and skipped."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -323,6 +486,9 @@ class Trainer:
                 "DataLoader, or list(batches)."
             )
         total = len(batches) if hasattr(batches, "__len__") else None
+        at, self._resume_at = self._resume_at, None
+        if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
+            at = [self.steps // total, self.steps % total, None] if total else [0, self.steps, None]
         bar = None
         if progress:
             import sys
@@ -330,22 +496,45 @@ class Trainer:
             from tqdm.std import tqdm
 
             bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True, file=sys.stderr)
+            if at is not None:
+                bar.update(at[0] * (total or 0) + at[1])
+        generator = getattr(batches, "generator", None)
+        generator = generator if isinstance(generator, torch.Generator) else None
+        shown = None
         try:
-            done = self._resumed_steps  # a resumed Trainer skips the steps its state has done
-            self._resumed_steps = 0
-            if bar is not None and done:
-                bar.update(done)
-            for epoch in range(epochs):
-                for batch in batches:
-                    if done:
-                        done -= 1
-                        continue
-                    value = self.step(batch)
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
+            for epoch in range(at[0] if at is not None else 0, epochs):
+                skip = 0
+                if at is not None:
+                    skip, drawn, at = at[1], at[2], None
+                    now = (torch.get_rng_state(), generator.get_state() if generator is not None else None)
+                    if drawn is not None:  # the RNG as this epoch drew its order, then as it was kept
+                        torch.set_rng_state(drawn[0])
+                        if generator is not None and drawn[1] is not None:
+                            generator.set_state(drawn[1])
+                else:
+                    drawn = now = None
+                start = (torch.get_rng_state(), generator.get_state() if generator is not None else None)
+                self._fit_at = [epoch, skip, list(start)]
+                it = iter(batches)
+                if skip and not (total is not None and skip >= total):
+                    for _ in range(skip):
+                        next(it)
+                if now is not None:
+                    torch.set_rng_state(now[0])
+                    if generator is not None and now[1] is not None:
+                        generator.set_state(now[1])
+                if total is None or skip < total:
+                    for batch in it:
+                        self._fit_at[1] += 1
+                        self.step(batch)
+                        if bar is not None:
+                            bar.update(1)
+                            if self.loss is not shown:
+                                shown = self.loss
+                                bar.set_postfix(epoch=epoch, loss=f"{shown:.4g}", refresh=False)
                 self.close_group()
         finally:
+            self._fit_at = None
             if bar is not None:
                 bar.close()
         return self
@@ -361,41 +550,106 @@ class Trainer:
         load(self.g, exported)
         return self
 
-    # -- state: kept in a store, resumed from it (see _state.py)
-    def _keeping(self, name, every):
-        self._resumed_steps = 0
-        self._state_name = _state.checked(self.store, name, every)
-        self._keep_every = None if every is None else _positive_int("keep_every", every)
-        if self._state_name is not None:
-            self.load_state()
-
-    def keep_state(self, store=None, name=None):
+    # -- checkpoints: kept in a store, resumed from (see _checkpoint.py)
+    def checkpoint(self, store=None, name=None):
         """Keep everything training needs to go on in ``store`` under
-        ``name`` (by default the Trainer's ``store`` and ``state=``): the
-        weights, the optimizer's state, the step and update counters, an open
-        group's gradients, and how many forwards each Recorder watching holds
-        (each is flushed first: the record holds what the state has done).
+        ``name`` (by default the Trainer's ``store`` and ``checkpoint=``):
+        the weights, the optimizer's, schedule's and gradient scaler's state,
+        the step and update counters, an open group's gradients, torch's RNG
+        streams, ``checkpoint_also``'s states, where ``fit`` stands, and the
+        position of each watcher that can resume (a Recorder: how many
+        forwards it holds, flushed first, so the record holds what the
+        checkpoint has done). The losses are read first (``deliver``).
         Tensors go through the tensor codec; nothing is pickled. Returns the
         digest."""
-        store, name = _state.where(self, store, name)
-        return _state.keep(self, store, name)
+        store, name = self._where(store, name)
+        self._read()
+        fit = None
+        if self._fit_at is not None:
+            epoch, done, (cpu, gen) = self._fit_at
+            fit = {"epoch": epoch, "batches": done, "rng": cpu, "generator": gen}
+        value = {
+            "format": _kept.FORMAT,
+            "counters": {"steps": self.steps, "updates": self.updates, "open": self._open,
+                         "examples": self._group_n, "first": self._first_n},
+            "fit": fit,
+            "weights": export(self.g),
+            "optimizer": _kept.optimizer_state(self.optimizer),
+            "grads": _kept.grads(self._params),
+            "schedule": None if self.schedule is None else self.schedule.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "rng": _kept.rng(),
+            "also": [_kept.state_of(obj) for obj in self._also],
+            "watchers": [w.checkpoint() for w in self._resumable],
+        }
+        return store.keep(name, value)
 
-    def load_state(self, store=None, name=None):
-        """Resume from state kept by ``keep_state``: weights, optimizer state,
-        counters and open group as they were; each Recorder watching is
-        rewound to the forwards it held then (``Recorder.rewind``), so the
-        steps done again are recorded once. ``fit`` then skips the steps
-        already done; a loop of ``step`` goes on from ``trainer.steps``.
-        Returns False, changing nothing, when nothing is kept under the name."""
-        store, name = _state.where(self, store, name)
-        return _state.load(self, store, name)
+    def resume(self, store=None, name=None):
+        """Go on from a checkpoint kept by ``checkpoint()``: everything it
+        holds put back as it was; each watcher that can resume is rewound to
+        its position then (a Recorder drops the forwards after it, so the
+        steps done again are recorded once). ``fit`` then goes on where it
+        stood; a loop of ``step`` goes on from ``trainer.steps``. Returns
+        False, changing nothing, when nothing is kept under the name."""
+        store, name = self._where(store, name)
+        if store.lookup(name) is None:
+            return False
+        value = _kept.checked(store.recall(name), name, store, self._params, self.schedule, self.scaler,
+                              self._also, self._resumable)
+        load(self.g, value["weights"])
+        _kept.load_optimizer(self.optimizer, value["optimizer"], name)
+        _kept.put_grads(self._params, value["grads"])
+        if self.schedule is not None:
+            self.schedule.load_state_dict(value["schedule"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(value["scaler"])
+        for obj, state in zip(self._also, value["also"]):
+            _kept.put_state(obj, state)
+        _kept.set_rng(value["rng"])
+        c = value["counters"]
+        self.steps, self.updates = c["steps"], c["updates"]
+        self._open, self._group_n, self._first_n = c["open"], c["examples"], c["first"]
+        fit = value["fit"]
+        self._resume_at = ([None, self.steps, None] if fit is None
+                           else [fit["epoch"], fit["batches"], (fit["rng"], fit["generator"])])
+        if value["watchers"]:
+            for w, position in zip(self._resumable, value["watchers"]):
+                w.rewind(position)
+        return True
+
+    def _where(self, store, name):
+        store = self.store if store is None else store
+        name = self._checkpoint_name if name is None else name
+        if store is None or name is None:
+            raise SomatizeValueError(
+                "checkpoint()/resume() need a store and a name: write trainer.checkpoint(store, "
+                "'a-run/checkpoint'), or make the Trainer with store= and checkpoint="
+            )
+        return as_store(store), name
 
     # -- helpers
+    @staticmethod
+    def _checked_device(device, params):
+        if device is None:
+            return None
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise SomatizeValueError(f"device={device!r:.40}: {e}; give one like 'cuda', 'cuda:1' or 'cpu'") from None
+        away = next((p for p in params if p.device.type != device.type
+                     or device.index is not None and p.device.index != device.index), None)
+        if away is not None:
+            raise SomatizeValueError(
+                f"device={str(device)!r}, but the optimizer's parameters are on {away.device}: move the "
+                f"graph's modules there first (module.to({str(device)!r})), then build the optimizer"
+            )
+        return device
+
     def _forward(self, x):
         if not self._watched:  # nobody reads trainer_us: no clocks
-            return self._graph_forward(Opaque(x), self.store, self._watchers)
+            return self._graph_forward(Opaque(x), self.store, self._emitting)
         t = perf_counter_ns()
-        out = self._graph_forward(Opaque(x), self.store, self._watchers)
+        out = self._graph_forward(Opaque(x), self.store, self._emitting)
         self._in_graph += perf_counter_ns() - t
         return out
 
@@ -407,17 +661,21 @@ class Trainer:
             inst.start()
         if inst.clock.armed:  # a step that raised left it armed
             inst.clock.reset()
-        self._watchers.output = inst.output if due(self.updates) else None
+        self._emitting.output = inst.output if due(self.updates) else None
 
     def _value(self, loss, index):
-        if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-            what = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
-                    else f"a {type(loss).__name__}")
-            raise SomatizeTypeError(
-                f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
-                "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
-            )
-        value = loss.item()
+        """The loss, detached; read off the device here only with read_every=1."""
+        if loss.__class__ is not torch.Tensor or loss.ndim != 0:
+            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+                what = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
+                        else f"a {type(loss).__name__}")
+                raise SomatizeTypeError(
+                    f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
+                    "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
+                )
+        if self.read_every > 1:
+            return loss.detach()
+        value = self.loss = loss.item()
         if value - value != 0.0:  # nan for inf and nan: not finite (math.isfinite cost a step ~0.8 µs)
             e = NonFiniteLoss(
                 f"step {index}: the loss is {value}; nothing was updated (the weights, the "
@@ -426,44 +684,35 @@ class Trainer:
             )
             e.step, e.loss = index, value
             raise e
-        return value
+        return loss.detach()
 
-    def _facts(self, value, updated, began, clocks):
-        emit = self._watchers.emit
+    def _facts(self, value, updated, began, clocks, index):
+        emit = self._emitting.emit
         if updated:
             emit({"fact": "updated"})
-        emit({"fact": "loss", "value": value})
+        if self.read_every > 1:
+            fact = {"fact": "loss", "value": value}  # its value read off the device in bulk (_read)
+            self._loss_facts.append(fact)
+            emit(fact)
+        else:
+            emit({"fact": "loss", "value": value if value.__class__ is float else value.item()})
         if clocks:
             emit({"fact": "wall_s", "value": self._began_s})
             objective, backward, update = self._split
             emit({"fact": "objective_us", "value": objective // 1000})
             emit({"fact": "backward_us", "value": backward // 1000})
             emit({"fact": "update_us", "value": update // 1000})
+            groups = self.optimizer.param_groups
+            for i, group in enumerate(groups):
+                lr = group["lr"]
+                lr = lr if lr.__class__ is float else float(lr)
+                emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
         if self._clock is not None and self._clock.armed:
             self._clock.hand_over()
+        if len(self._losses) >= self.read_every or began >= self._read_due:
+            self._read()
         # Taken last so that handing the facts above to the watchers counts too.
         emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
-
-    def _pair(self, batch):
-        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor:
-            return batch  # the common case, checked in one line
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise SomatizeTypeError(
-                f"step(batch) takes a pair (x, y) of tensors; got {type(batch).__name__}"
-                f"{f' of {len(batch)} items' if isinstance(batch, (tuple, list)) else ''}. "
-                "Write trainer.step((x, y))."
-            )
-        x, y = batch
-        if isinstance(x, Opaque):  # the Trainer wraps x in Opaque itself; unwrapping is harmless
-            x = x.value
-        elif isinstance(x, Data) and isinstance(x.value, torch.Tensor):
-            x = x.value.detach()  # Data means autograd is cut, here as at any edge
-        if not isinstance(x, torch.Tensor):
-            raise SomatizeTypeError(
-                f"step((x, y)): x is a {type(x).__name__}; the Trainer feeds the graph a tensor "
-                "(it crosses into the graph as Opaque(x)). Convert it with torch.as_tensor(x)."
-            )
-        return x, y
 
     def __repr__(self):
         return (
