@@ -216,6 +216,7 @@ class Trainer:
         self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
+        self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
@@ -263,6 +264,7 @@ class Trainer:
             self._clocks_due = began + CLOCKS_AT_MOST_NS
             self._began_s = time()
             self._split[:] = (0, 0, 0)
+            self._lrs = [group["lr"] for group in self.optimizer.param_groups]  # what this step's update uses
         if self._instruments is not None:
             self._instrument()
         try:
@@ -702,9 +704,7 @@ class Trainer:
             emit({"fact": "objective_us", "value": objective // 1000})
             emit({"fact": "backward_us", "value": backward // 1000})
             emit({"fact": "update_us", "value": update // 1000})
-            groups = self.optimizer.param_groups
-            for i, group in enumerate(groups):
-                lr = group["lr"]
+            for i, lr in enumerate(self._lrs):
                 lr = lr if lr.__class__ is float else float(lr)
                 emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
         if self._clock is not None and self._clock.armed:
