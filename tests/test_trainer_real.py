@@ -11,8 +11,7 @@ from torch.overrides import TorchFunctionMode
 
 from somatize import Recorder, Store
 from somatize.record import curve
-from somatize.torch import NonFiniteLoss, Trainer, parameters
-from somatize.torch import _trainer
+from somatize.torch import NonFiniteLoss, Trainer, _trainer, parameters
 
 from torch_models import batches, built
 

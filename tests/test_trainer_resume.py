@@ -208,3 +208,33 @@ def test_fit_resumed_with_every_3_closes_no_group_in_the_epochs_it_skips(tmp_pat
     again.fit(data, epochs=2, progress=False)
     assert (again.steps, again.updates) == (whole.steps, whole.updates)
     same_weights(again, whole, atol=1e-12)
+
+
+def test_fit_killed_in_a_fresh_process_and_resumed_ends_as_the_run_never_stopped(tmp_path):
+    """10 batches a epoch, 2 epochs, every=3, a checkpoint every 4 steps:
+    killed at step 14 (epoch 1, batch 4; the checkpoint at step 12 holds an
+    open group of 2 steps), with dropout, a schedule, fp16's scaler and a
+    shuffled loader; the retry ends where the uninterrupted run does."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+
+    def train(store, kill_at):
+        return subprocess.run([sys.executable, str(TESTS / "resume_child.py"), str(store), str(kill_at)],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    killed = train(tmp_path / "resumed", 14)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = train(tmp_path / "resumed", -1)
+    assert done.returncode == 0, done.stderr
+    assert "resumed at 12" in done.stdout
+    whole = train(tmp_path / "whole", -1)
+    assert whole.returncode == 0, whole.stderr
+
+    got = Store(tmp_path / "resumed").recall("train/final")
+    want = Store(tmp_path / "whole").recall("train/final")
+    assert (got["updates"], got["lr"], got["scale"]) == (want["updates"], want["lr"], want["scale"])
+    assert torch.equal(got["rng"], want["rng"])  # the RNG stream goes on as never stopped
+    for node in want["weights"]:
+        for k in want["weights"][node]:
+            torch.testing.assert_close(got["weights"][node][k], want["weights"][node][k], atol=1e-6, rtol=0)
+    assert list(curve(tmp_path / "resumed", "train", "loss")) == list(curve(tmp_path / "whole", "train", "loss"))
+    assert runs(tmp_path / "resumed").iloc[0]["forwards"] == 20
