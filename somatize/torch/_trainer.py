@@ -22,29 +22,48 @@ step's facts, so it belongs to that step's last forward.
 
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
-closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
-whole batch of the step, then, on the first 10 steps, every 20th and any
-step a second after the last that did (``CLOCKS_*`` below), ``{"fact":
-"wall_s", "value": <float>}``, the clock (seconds since 1970) when the step
-began, and its parts in µs, ``objective_us`` (the objective, reading the
-loss included), ``backward_us`` and ``update_us`` (clip, the optimizer's
-step, zero_grad; 0 when the step closed no group),
-then on the instruments' recorded steps one ``backward_us`` per node
-(``_backward``), and last ``{"fact": "trainer_us", "value": <int>}``, the
-µs the step spent outside the graph's forwards: the three parts and the
-Trainer's own bookkeeping (handing its facts to the watchers included). A
-step's wall time is its forwards plus ``trainer_us``; ``close_group()``'s
-update belongs to no step and is not in it. Steps count from 0, like
-forwards.
+closed a group (and the update was not skipped by fp16's scaler), then
+``{"fact": "loss", "value": <float>}``, the loss of the whole batch of the
+step, then, on the first 10 steps, every 20th and any step a second after
+the last that did (``CLOCKS_*`` below), ``{"fact": "wall_s", "value":
+<float>}``, the clock (seconds since 1970) when the step began, and its
+parts in µs, ``objective_us`` (the objective included), ``backward_us`` and
+``update_us`` (unscale, clip, the optimizer's step, zero_grad, the
+schedule's step; 0 when the step closed no group), and ``{"fact": "lr"}``,
+the learning rate of the optimizer's first parameter group as the step
+began (one more with ``"group": i`` per further group), then on the
+instruments' recorded steps one ``backward_us`` per node (``_backward``),
+and last ``{"fact": "trainer_us", "value": <int>}``, the µs the step spent
+outside the graph's forwards: the three parts and the Trainer's own
+bookkeeping (handing its facts over and a bulk read of the losses
+included). A step's wall time is its forwards plus ``trainer_us``;
+``close_group()``'s update belongs to no step and is not in it. Steps count
+from 0, like forwards.
 
-A step that raises (a node failed, the objective was refused, the loss is
-not finite, Ctrl-C) drops the open group: with ``micro=N`` some of its
-pieces may already have run backward, and a group holding part of a step
-would no longer be one step on its batches. The weights and the optimizer's
-state are as they were before the group began; the next step opens a new
-group. A non-finite loss is refused before its backward, and its ``loss``
-(and ``trainer_us``) facts are still handed to the watchers; the error names
-the step.
+No step waits for the device. A step keeps its loss as a 0-d tensor (what
+it returns) and holds its facts, and the engine's, back in a list
+(``_graph.watchers.held``); every ``read_every`` steps (32), at most
+``READ_AT_MOST_NS`` (0.25 s) after the last read, at ``close_group()``,
+``deliver()``, a checkpoint, and whenever a Recorder watching is flushed,
+closed or queried from the training's thread (``Recorder.held_by``), the
+losses are read off the device in one ``torch.stack(...).tolist()`` (one
+host sync), written into their facts, and every fact held is handed to the
+watchers in order (``Watchers.replay``; a Recorder takes them in one
+``list.extend``). The record is the same as if each fact had been handed
+over as it happened; watchers see it up to ``read_every`` steps late.
+
+A step that raises (a node failed, the objective was refused, Ctrl-C) drops
+the open group: with ``micro=N`` some of its pieces may already have run
+backward, and a group holding part of a step would no longer be one step on
+its batches. The weights and the optimizer's state are as they were before
+the group began; the next step opens a new group; the facts held are handed
+over. A non-finite loss is refused on the read that finds it
+(``NonFiniteLoss`` naming its step, its facts handed over first): the cost
+of not waiting is that the steps after it, up to that read, have already
+run and updated the weights with its gradients. With ``read_every=1`` each
+loss is read as its step ends (one host sync a step) and a non-finite one
+is refused before its backward, the weights, the optimizer's state and the
+open group untouched.
 """
 
 from __future__ import annotations
@@ -223,7 +242,6 @@ class Trainer:
         self.updates = 0
         self.loss = None  # the last loss read off the device (a float)
         self._losses = []  # the losses of the steps not yet read: 0-d tensors
-        self._loss_steps = []  # their steps
         self._loss_facts = []  # their loss facts (watched), whose value the read fills in
         self._read_due = perf_counter_ns() + READ_AT_MOST_NS  # by when the losses are read whatever their count
         self._open = 0  # steps in the open group
@@ -284,12 +302,11 @@ class Trainer:
             raise
         except BaseException:
             self._drop()
-            self._read(check=False)  # what was held back (the failed forward's facts) reaches the watchers
+            self._read(check=False, last=index - 1)  # what was held (the failed forward's facts) is handed over
             raise
         losses = self._losses
         if self.read_every > 1:
-            losses.append(value)
-            self._loss_steps.append(index)
+            losses.append(value)  # the losses held are those of the steps just before the last
         if self._watched:
             self._facts(value, updated, began, clocks, index)
         elif len(losses) >= self.read_every or began >= self._read_due:
@@ -425,7 +442,8 @@ class Trainer:
         """A Recorder is flushed, closed or read: what is held back goes first."""
         self._read(check=False)
 
-    def _read(self, check=True):
+    def _read(self, check=True, last=None):
+        """``last``: the step of the last loss held (by default the last step)."""
         losses = self._losses
         bad, self._unraised = self._unraised, None
         if losses:
@@ -441,11 +459,10 @@ class Trainer:
             if bad is None:
                 for i, v in enumerate(values):
                     if v - v != 0.0:  # nan for inf and nan: not finite
-                        bad = (self._loss_steps[i], v)
+                        bad = ((self.steps - 1 if last is None else last) - len(values) + 1 + i, v)
                         break
             self.loss = values[-1]
             losses.clear()
-            self._loss_steps.clear()
         self._read_due = perf_counter_ns() + READ_AT_MOST_NS
         items = self._held
         if items:
