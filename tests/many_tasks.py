@@ -29,7 +29,8 @@ def train(path, run, lr, steps=STEPS, checkpoint_every=10, kill_at=None):
         recorder = Recorder(store, run=run, resume=run in store.runs(), config={"lr": lr, "steps": steps})
         g = built(dtype=torch.float64)
         trainer = Trainer(g, torch.nn.functional.mse_loss, torch.optim.Adam(parameters(g), lr=lr),
-                          watching=recorder, store=store, checkpoint=f"{run}/checkpoint", checkpoint_every=checkpoint_every)
+                          watching=recorder, store=store, checkpoint=f"{run}/checkpoint",
+                          checkpoint_every=checkpoint_every)
         first_try = trainer.steps == 0
         data = batches(steps, n=8, dtype=torch.float64, seed=5)
         with recorder:
