@@ -229,7 +229,8 @@ class Trainer:
         self._unraised = None  # a non-finite loss read where it could not be refused (_hand_over)
         self._resumable = [w for w in self._watchers.all
                            if callable(getattr(w, "checkpoint", None)) and callable(getattr(w, "rewind", None))]
-        self._instruments = (Instruments(g, optimizer, self._emitting.emit)
+        self._owed = []  # (tensor, facts) whose values the next read fills in (the instruments')
+        self._instruments = (Instruments(g, optimizer, self._emitting.emit, self._owe if defer else None)
                              if instruments and self._watched else None)
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
@@ -442,15 +443,33 @@ class Trainer:
         """A Recorder is flushed, closed or read: what is held back goes first."""
         self._read(check=False)
 
+    def _owe(self, values, facts):
+        """The instruments' numbers, read with the losses (``_read``)."""
+        self._owed.append((values, facts))
+
     def _read(self, check=True, last=None):
         """``last``: the step of the last loss held (by default the last step)."""
         losses = self._losses
         bad, self._unraised = self._unraised, None
-        if losses:
+        owed = self._owed
+        if owed:
+            parts = [t.reshape(-1).double() for t, _ in owed]
+            if losses:
+                parts.append(torch.stack(losses).double())
+            flat = torch.cat(parts).tolist()  # the one host sync
+            at = 0
+            for t, facts in owed:
+                for fact in facts:
+                    fact["value"] = flat[at]
+                    at += 1
+            owed.clear()
+            values = flat[at:]
+        elif losses:
             try:
                 values = torch.stack(losses).tolist()  # the one host sync
             except RuntimeError:  # losses on several devices
                 values = [t.item() for t in losses]
+        if losses:
             facts = self._loss_facts
             if facts:
                 for fact, v in zip(facts, values):
