@@ -458,7 +458,7 @@ class Trainer:
                 parts.append(torch.stack(losses).double())
             flat = torch.cat(parts).tolist()  # the one host sync
             at = 0
-            for t, facts in owed:
+            for _, facts in owed:
                 for fact in facts:
                     fact["value"] = flat[at]
                     at += 1
