@@ -39,7 +39,7 @@ SPLIT = [("wall_s", None), ("objective_us", None), ("backward_us", None), ("upda
 
 def test_facts_of_a_step_follow_the_engines_and_are_typed():
     seen = []
-    t = trainer(watching=seen.append)
+    t = trainer(watching=seen.append, read_every=32)
     value = t.step(batches(1)[0])
     assert seen == []  # held back until the losses are read off the device
     t.deliver()
@@ -296,7 +296,7 @@ def test_a_watcher_that_raises_on_a_trainer_fact_is_named():
 
     with pytest.raises(WatcherError, match="picky"):
         trainer(watching=picky, read_every=1).step(batches(1)[0])  # read_every=1: handed over as the step ends
-    t = trainer(watching=picky, read_every=8)
+    t = trainer(watching=picky, read_every=8)  # asked to hold facts back from a plain function
     t.step(batches(1)[0])
     with pytest.raises(WatcherError, match="picky"):
         t.deliver()

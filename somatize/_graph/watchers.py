@@ -13,6 +13,9 @@ reserved with ``finished``.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from .._base.errors import SomatizeTypeError, WatcherError
 
 ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
@@ -83,6 +86,32 @@ class Watchers:
 
     def __repr__(self):
         return f"Watchers({list(self.all)!r:.200})"
+
+
+class Holders:
+    """The producers that hold facts back from a watcher (``held_by``):
+    each is called, from the thread that registered it, before the watcher
+    writes or shows what it holds, so that what was done is there. Held
+    weakly: a Trainer gone holds nothing."""
+
+    __slots__ = ("_all",)
+
+    def __init__(self):
+        self._all = []
+
+    def add(self, hand_over):
+        self._all.append((threading.get_ident(), weakref.WeakMethod(hand_over)))
+
+    def __bool__(self):
+        return bool(self._all)
+
+    def __call__(self):
+        me = threading.get_ident()
+        for thread, ref in self._all:
+            if thread == me:
+                f = ref()
+                if f is not None:
+                    f()
 
 
 def held(into):

@@ -25,13 +25,13 @@ import socket
 import stat
 import threading
 import time
-import weakref
 from pathlib import Path
 
 import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
+from .._graph.watchers import Holders
 from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
 from . import _files, _flusher, _log, _recovery, _summary
 from ._runs import (
@@ -145,7 +145,7 @@ class Recorder:
         self._closed = False
         self._fds: dict = {}
         self._lock_fd = None
-        self._holders: list = []  # (thread, weak method): producers that hold facts back (held_by)
+        self._holders = Holders()  # producers that hold facts back (held_by)
         if resume:  # a notebook cell run again: take the run over from the old Recorder
             with LIVE_LOCK:
                 old = LIVE.get(self._real)
@@ -181,15 +181,7 @@ class Recorder:
         them over (the Trainer, reading its losses off the device in bulk):
         it is called first whenever this Recorder is flushed, closed or read
         from the thread that registered it, so what was done is written."""
-        self._holders.append((threading.get_ident(), weakref.WeakMethod(hand_over)))
-
-    def _handed_over(self):
-        me = threading.get_ident()
-        for thread, ref in self._holders:
-            if thread == me:
-                f = ref()
-                if f is not None:
-                    f()
+        self._holders.add(hand_over)
 
     def take(self, items):
         """Facts held back (by the Trainer, which reads its losses off the
@@ -211,7 +203,7 @@ class Recorder:
     def flush(self) -> None:
         """Write every fact handed over so far, durably, and return."""
         if self._holders:
-            self._handed_over()
+            self._holders()
         with self._flush_lock:
             self._raise_if_unusable(closed_ok=True)
             if os.getpid() != self._pid or self._closed:
@@ -327,7 +319,7 @@ class Recorder:
         """The run as it stands: the summary of the last completed flush (what
         the files hold) and, from memory, the facts handed over since."""
         if self._holders:
-            self._handed_over()
+            self._holders()
         with self._flush_lock:
             committed = _copy(self._summary)
             pending = list(self._pending) if isinstance(self._pending, list) else []

@@ -137,14 +137,18 @@ class Trainer:
     input and the target.
 
     ``read_every=N``: the losses are read off the device every N steps (and
-    at most 0.25 s apart, at ``close_group``, ``deliver``, a checkpoint and
-    the end of ``fit``), in one go, so a step waits for no device; a
-    watched step's facts reach the watchers then, in order. A non-finite
-    loss is refused on that read, naming its step; the steps after it until
-    the read have already run and updated the weights with it (the cost of
-    not waiting). ``read_every=1`` reads each loss as its step ends and
-    refuses a non-finite one before its backward, touching nothing, at one
-    host sync a step.
+    at most 0.25 s apart, at ``close_group``, ``deliver``, a checkpoint, the
+    end of ``fit``, and whenever a Recorder or Live watching is flushed,
+    closed or drawn), in one go, so a step waits for no device; a watched
+    step's facts reach the watchers then, in order. A non-finite loss is
+    refused on that read, naming its step; the steps after it until the
+    read have already run and updated the weights with it (the cost of not
+    waiting). ``read_every=1`` reads each loss as its step ends and refuses
+    a non-finite one before its backward, touching nothing, at one host sync
+    a step. By default (None) it is 32, or 1 when a watcher is a plain
+    function (which expects each step's facts as the step ends; a watcher
+    that defines ``held_by(hand_over)``, as the Recorder and Live do, is
+    handed what is held whenever it looks).
 
     A frozen node whose torch side is not frozen yet (gradients on, or no
     weights digest) is frozen here with ``freeze(g)``; an optimizer holding
@@ -164,7 +168,7 @@ class Trainer:
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
-                 schedule=None, precision=None, device=None, keys=None, read_every=READ_EVERY,
+                 schedule=None, precision=None, device=None, keys=None, read_every=None,
                  checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
@@ -182,7 +186,6 @@ class Trainer:
             )
         self.every = _positive_int("every", every)
         self.micro = _positive_int("micro", micro)
-        self.read_every = _positive_int("read_every", read_every)
         if clip is not None:
             if isinstance(clip, bool) or not isinstance(clip, numbers.Real) or not clip > 0 or not math.isfinite(clip):
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, "
@@ -219,6 +222,10 @@ class Trainer:
 
         self._watchers = Watchers(watching, where="the Trainer's watching=")  # the watchers, as given
         self._watched = bool(self._watchers.all)
+        if read_every is None:  # hold back only from watchers that ask for what is held before they look
+            holdable = all(callable(getattr(w, "held_by", None)) for w in self._watchers.all)
+            read_every = READ_EVERY if holdable else 1
+        self.read_every = _positive_int("read_every", read_every)
         self._held = []  # facts held back until the next read (watched, read_every > 1)
         defer = self._watched and self.read_every > 1
         self._emitting = held(self._held) if defer else self._watchers  # what the graph and the facts go to
