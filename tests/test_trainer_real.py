@@ -281,3 +281,32 @@ def test_read_every_1_reads_each_loss_as_its_step_ends():
     with HostSyncs(opt) as syncs:
         value = t.step(batches(1)[0])
     assert syncs.count == 1 and t.loss == value.item()
+
+
+def test_a_recorder_and_a_live_panel_are_handed_what_is_held_whenever_they_look(tmp_path, monkeypatch):
+    monkeypatch.setattr(_trainer, "READ_AT_MOST_NS", 10**15)
+    from somatize.record import Live, facts
+
+    store = Store(tmp_path / "s")
+    rec, live = Recorder(store, run="r"), Live(title="t")
+    g = built()
+    t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=0.01), watching=[rec, live])
+    assert t.read_every == 32  # both ask for what is held before they look
+    for b in batches(5, n=8):
+        t.step(b)
+    assert live.snapshot()["steps"] == 5  # drawn: the steps held are handed over first
+    for b in batches(2, n=8):
+        t.step(b)
+    assert [f["fact"] for f in facts(store, run="r", forward=6)][-1] == "trainer_us"  # queried
+    t.step(batches(1, n=8)[0])
+    rec.close()  # closed: the last step is written too
+    assert len(curve(store, run="r", name="loss")) == 8
+
+
+def test_a_plain_function_watching_sees_each_step_as_it_ends():
+    seen = []
+    g = built()
+    t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=0.01), watching=seen.append)
+    assert t.read_every == 1
+    t.step(batches(1)[0])
+    assert [f["fact"] for f in seen].count("loss") == 1

@@ -25,9 +25,9 @@ MSE = torch.nn.functional.mse_loss
 TESTS = Path(__file__).parent
 
 
-def trainer(store=None, dtype=torch.float64, every=1, micro=1, **kw):
+def trainer(store=None, dtype=torch.float64, every=1, micro=1, objective=MSE, **kw):
     g = built(dtype=dtype)
-    return Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), every=every, micro=micro, store=store, **kw)
+    return Trainer(g, objective, torch.optim.Adam(parameters(g), lr=1e-2), every=every, micro=micro, store=store, **kw)
 
 
 def same_weights(a, b, atol=0.0):
@@ -238,3 +238,125 @@ def test_fit_killed_in_a_fresh_process_and_resumed_ends_as_the_run_never_stopped
             torch.testing.assert_close(got["weights"][node][k], want["weights"][node][k], atol=1e-6, rtol=0)
     assert list(curve(tmp_path / "resumed", "train", "loss")) == list(curve(tmp_path / "whole", "train", "loss"))
     assert runs(tmp_path / "resumed").iloc[0]["forwards"] == 20
+
+
+class Counted(torch.utils.data.Dataset):
+    """A map-style dataset that counts the examples it loads."""
+
+    def __init__(self, x, y):
+        self.x, self.y, self.loaded = x, y, 0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.loaded += 1
+        return self.x[i], self.y[i]
+
+
+class Stop(Exception):
+    pass
+
+
+def shuffled(dataset, seed=7):
+    return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(seed))
+
+
+def stopping_at(step):
+    calls = [0]
+
+    def objective(out, y):
+        if calls[0] == step:
+            raise Stop
+        calls[0] += 1
+        return MSE(out, y)
+
+    return objective
+
+
+def test_fit_resumed_skips_a_dataloaders_batches_done_without_loading_them(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(80, 8, generator=gen, dtype=torch.float64)
+    data = Counted(x, x.sum(1, keepdim=True))
+    whole = trainer(every=3).fit(shuffled(data), epochs=2, progress=False)
+    store = Store(tmp_path / "s")
+    first = trainer(store, every=3, objective=stopping_at(17), checkpoint="t/c", checkpoint_every=8)
+    with pytest.raises(Stop):
+        first.fit(shuffled(data), epochs=2, progress=False)  # kept at step 16: epoch 1, 6 batches done
+    again = trainer(store, every=3, checkpoint="t/c", checkpoint_every=8)
+    data.loaded = 0
+    again.fit(shuffled(data), epochs=2, progress=False)
+    assert data.loaded == 4 * 8  # the last 4 batches of epoch 1, and no more
+    assert (again.steps, again.updates) == (whole.steps, whole.updates)
+    same_weights(again, whole, atol=1e-12)
+
+
+class Resumable:
+    """A loader that keeps its own place, as torchdata's StatefulDataLoader does."""
+
+    def __init__(self, batches):
+        self.batches, self.at, self.loaded = batches, 0, 0
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        while self.at < len(self.batches):
+            self.at += 1
+            self.loaded += 1
+            yield self.batches[self.at - 1]
+        self.at = 0
+
+    def state_dict(self):
+        return {"at": self.at}
+
+    def load_state_dict(self, state):
+        self.at = state["at"]
+
+
+def test_fit_resumed_puts_a_stateful_loader_back_where_it_stood(tmp_path):
+    data = batches(10, n=8, dtype=torch.float64)
+    whole = trainer(every=3).fit(Resumable(data), epochs=2, progress=False)
+    store = Store(tmp_path / "s")
+    first = trainer(store, every=3, objective=stopping_at(15), checkpoint="t/c", checkpoint_every=4)
+    with pytest.raises(Stop):
+        first.fit(Resumable(data), epochs=2, progress=False)
+    loader = Resumable(data)
+    again = trainer(store, every=3, checkpoint="t/c", checkpoint_every=4)
+    again.fit(loader, epochs=2, progress=False)
+    assert loader.loaded == 8  # from step 12 (epoch 1, batch 2) on, nothing loaded twice
+    same_weights(again, whole, atol=1e-12)
+
+
+def test_checkpoint_also_keeps_a_users_objects_and_generators(tmp_path):
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def state_dict(self):
+            return {"n": self.n}
+
+        def load_state_dict(self, state):
+            self.n = state["n"]
+
+    store = Store(tmp_path / "s")
+    counter, gen = Counter(), torch.Generator().manual_seed(1)
+    first = trainer(store, checkpoint="t/c", checkpoint_also=[counter, gen])
+    counter.n = 41
+    torch.rand(5, generator=gen)
+    first.checkpoint()
+    want = torch.rand(3, generator=gen)
+    other, gen2 = Counter(), torch.Generator()
+    trainer(store, checkpoint="t/c", checkpoint_also=[other, gen2])
+    assert other.n == 41 and torch.equal(torch.rand(3, generator=gen2), want)
+    with pytest.raises(TypeError, match=r"checkpoint_also\[0\] is a dict"):
+        trainer(store, checkpoint="t/c", checkpoint_also=[{}])
+
+
+def test_a_checkpoint_kept_with_a_schedule_is_refused_by_a_trainer_without_one(tmp_path):
+    store = Store(tmp_path / "s")
+    g = built(dtype=torch.float64)
+    opt = torch.optim.SGD(parameters(g), lr=0.1)
+    Trainer(g, MSE, opt, schedule=torch.optim.lr_scheduler.StepLR(opt, 2), store=store, checkpoint="t/c").checkpoint()
+    with pytest.raises(ValueError, match="with schedule=, and this one is without"):
+        trainer(store, checkpoint="t/c")

@@ -258,6 +258,7 @@ class Trainer:
         self._in_graph = 0  # ns spent inside the graph's forwards this step (timed when watched)
         self._fit_at = None  # inside fit: [epoch, batches done, the RNG as that epoch drew its order]
         self._resume_at = None  # resumed: where fit stood, for the next fit to go on from
+        self._fit_loader = None  # inside fit: a loader that keeps its own place (state_dict)
         self._also = _kept.checked_also(checkpoint_also)
         self._checkpoint_name = _kept.checked_name(store, checkpoint, checkpoint_every)
         self._checkpoint_every = None if checkpoint_every is None else _positive_int("checkpoint_every",
@@ -521,8 +522,12 @@ class Trainer:
         and epoch where that stood: the epochs before are not run again (no
         group closed in them), and that epoch draws its batches in the same
         order (torch's RNG and a DataLoader's ``generator`` are put back as
-        they were when the epoch began), the batches already done loaded
-        again and skipped."""
+        they were when the epoch began). The batches already done are
+        skipped without loading them by a DataLoader loading in this process
+        (``num_workers=0``: its sampler is advanced) or a loader that keeps
+        its own place (``state_dict``/``load_state_dict``, as torchdata's
+        StatefulDataLoader); any other iterable loads them again and drops
+        them."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -533,7 +538,9 @@ class Trainer:
         total = len(batches) if hasattr(batches, "__len__") else None
         at, self._resume_at = self._resume_at, None
         if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
-            at = [self.steps // total, self.steps % total, None] if total else [0, self.steps, None]
+            at = [self.steps // total, self.steps % total, None, None] if total else [0, self.steps, None, None]
+        stateful = callable(getattr(batches, "state_dict", None)) and callable(getattr(batches, "load_state_dict", None))
+        self._fit_loader = batches if stateful else None
         bar = None
         if progress:
             import sys
@@ -545,44 +552,47 @@ class Trainer:
                 bar.update(at[0] * (total or 0) + at[1])
         generator = getattr(batches, "generator", None)
         generator = generator if isinstance(generator, torch.Generator) else None
+        first = at[0] if at is not None else 0
         shown = None
         try:
-            for epoch in range(at[0] if at is not None else 0, epochs):
-                skip = 0
-                if at is not None:
-                    skip, drawn, at = at[1], at[2], None
-                    now = (torch.get_rng_state(), generator.get_state() if generator is not None else None)
-                    if drawn is not None:  # the RNG as this epoch drew its order, then as it was kept
-                        torch.set_rng_state(drawn[0])
-                        if generator is not None and drawn[1] is not None:
-                            generator.set_state(drawn[1])
-                else:
-                    drawn = now = None
-                start = (torch.get_rng_state(), generator.get_state() if generator is not None else None)
-                self._fit_at = [epoch, skip, list(start)]
-                it = iter(batches)
-                if skip and not (total is not None and skip >= total):
-                    for _ in range(skip):
-                        next(it)
-                if now is not None:
-                    torch.set_rng_state(now[0])
-                    if generator is not None and now[1] is not None:
-                        generator.set_state(now[1])
-                if total is None or skip < total:
-                    for batch in it:
-                        self._fit_at[1] += 1
-                        self.step(batch)
-                        if bar is not None:
-                            bar.update(1)
-                            if self.loss is not shown:
-                                shown = self.loss
-                                bar.set_postfix(epoch=epoch, loss=f"{shown:.4g}", refresh=False)
+            for epoch in range(first, epochs):
+                it = self._epoch_begins(batches, epoch, at if epoch == first else None, generator, total)
+                for batch in it:
+                    self._fit_at[1] += 1
+                    self.step(batch)
+                    if bar is not None:
+                        bar.update(1)
+                        if self.loss is not shown:
+                            shown = self.loss
+                            bar.set_postfix(epoch=epoch, loss=f"{shown:.4g}", refresh=False)
                 self.close_group()
         finally:
-            self._fit_at = None
+            self._fit_at = self._fit_loader = None
             if bar is not None:
                 bar.close()
         return self
+
+    def _epoch_begins(self, batches, epoch, at, generator, total):
+        """An iterator over the batches of ``epoch`` still to do; ``at``:
+        where a resumed run stood in it ([epoch, batches done, the RNG as the
+        epoch drew its order, the loader's state])."""
+        skip, drawn, loader = (0, None, None) if at is None else at[1:]
+        now = None if at is None else _rng_of(generator)  # the RNG as the checkpoint left it
+        if drawn is not None:
+            _put_rng(drawn, generator)  # the order this epoch drew
+        self._fit_at = [epoch, skip, _rng_of(generator)]
+        if loader is not None:  # a loader that keeps its own place (torchdata's StatefulDataLoader)
+            batches.load_state_dict(loader)
+            skip = 0
+        if total is not None and skip >= total > 0:
+            it = iter(())
+        else:
+            it = iter(batches)
+            if skip:
+                _skip(it, skip)
+        if now is not None:
+            _put_rng(now, generator)
+        return it
 
     # -- weights
     def export(self):
@@ -612,7 +622,8 @@ class Trainer:
         fit = None
         if self._fit_at is not None:
             epoch, done, (cpu, gen) = self._fit_at
-            fit = {"epoch": epoch, "batches": done, "rng": cpu, "generator": gen}
+            loader = None if self._fit_loader is None else self._fit_loader.state_dict()
+            fit = {"epoch": epoch, "batches": done, "rng": cpu, "generator": gen, "loader": loader}
         value = {
             "format": _kept.FORMAT,
             "counters": {"steps": self.steps, "updates": self.updates, "open": self._open,
@@ -655,8 +666,8 @@ class Trainer:
         self.steps, self.updates = c["steps"], c["updates"]
         self._open, self._group_n, self._first_n = c["open"], c["examples"], c["first"]
         fit = value["fit"]
-        self._resume_at = ([None, self.steps, None] if fit is None
-                           else [fit["epoch"], fit["batches"], (fit["rng"], fit["generator"])])
+        self._resume_at = ([None, self.steps, None, None] if fit is None
+                           else [fit["epoch"], fit["batches"], (fit["rng"], fit["generator"]), fit["loader"]])
         if value["watchers"]:
             for w, position in zip(self._resumable, value["watchers"]):
                 w.rewind(position)
@@ -779,6 +790,30 @@ def _backward(loss, index):
 
 def _no_clock():
     return 0
+
+
+def _rng_of(generator):
+    return [torch.get_rng_state(), generator.get_state() if generator is not None else None]
+
+
+def _put_rng(kept, generator):
+    torch.set_rng_state(kept[0])
+    if generator is not None and kept[1] is not None:
+        generator.set_state(kept[1])
+
+
+def _skip(it, k):
+    """Skip ``k`` batches of ``it``. A DataLoader loading in this process
+    skips them by its sampler alone, loading none (its sampler draws its
+    order as it would have); any other iterable loads them and drops them."""
+    indices = getattr(it, "_sampler_iter", None)
+    if type(it).__name__ == "_SingleProcessDataLoaderIter" and indices is not None:
+        for _ in range(k):
+            next(indices)
+        it._num_yielded += k
+        return
+    for _ in range(k):
+        next(it)
 
 
 def _count(x, y, micro, index):
