@@ -259,7 +259,8 @@ class Stop(Exception):
 
 
 def shuffled(dataset, seed=7):
-    return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True,
+                                       generator=torch.Generator().manual_seed(seed))
 
 
 def stopping_at(step):

@@ -539,8 +539,9 @@ class Trainer:
         at, self._resume_at = self._resume_at, None
         if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
             at = [self.steps // total, self.steps % total, None, None] if total else [0, self.steps, None, None]
-        stateful = callable(getattr(batches, "state_dict", None)) and callable(getattr(batches, "load_state_dict", None))
-        self._fit_loader = batches if stateful else None
+        keeps_place = callable(getattr(batches, "state_dict", None)) and callable(
+            getattr(batches, "load_state_dict", None))
+        self._fit_loader = batches if keeps_place else None
         bar = None
         if progress:
             import sys
