@@ -122,8 +122,9 @@ class Trainer:
 
     ``schedule``: a ``torch.optim.lr_scheduler`` over ``optimizer``, stepped
     once per update (never per step or piece, never on an update that fp16
-    skipped); each update the clocks are said at records the learning rate,
-    ``lr`` (a fact per parameter group beyond the first, with ``group``).
+    skipped). Each step that says its clocks records the learning rate its
+    update used, ``lr`` (one more fact, with ``group``, per further
+    parameter group), so ``progress(store, run=..., name="lr")`` draws it.
 
     ``precision="bf16"`` or ``"fp16"``: the forward and the objective run
     under ``torch.autocast``; ``fp16`` scales the loss with a
