@@ -10,9 +10,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from somatize import Recorder, Store
-from somatize.record import curve
+from somatize.record import curve, progress
 from somatize.torch import NonFiniteLoss, Trainer, _trainer, parameters
 
+from pictures import svg_markup
 from torch_models import batches, built
 
 MSE = torch.nn.functional.mse_loss
@@ -80,6 +81,8 @@ def test_the_learning_rate_of_each_group_is_recorded_where_the_clocks_are(tmp_pa
     assert list(lr)[:4] == pytest.approx([0.1, 0.1, 0.05, 0.05])  # the rate each step's update used
     assert list(curve(store, run="r", name="lr/group1"))[:4] == pytest.approx([0.01, 0.01, 0.005, 0.005])
     assert len(lr) == 10  # the first ten steps say their clocks (and every 20th: none here)
+    drawn = svg_markup(progress(store, run="r", name="lr").to_html())
+    assert "polyline" in drawn  # progress draws it with no extra argument
 
 
 # -- mixed precision ---------------------------------------------------------
