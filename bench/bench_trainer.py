@@ -7,8 +7,10 @@ variants interleaved round by round (the order rotates), medians over rounds:
 
   raw                 the plain loop: forward, mse, backward, step, zero_grad
   raw+item            the same, reading loss.item() each step as any loop that
-                      reports its loss does (the Trainer returns it): the
-                      reference the Trainer's targets are measured against
+                      reports its loss does: the reference the Trainer's
+                      targets are measured against (the Trainer reads its
+                      losses off the device in bulk, every read_every=32
+                      steps, and returns a 0-d tensor)
   trainer             Trainer.step, no watchers
   trainer+recorder    Trainer.step with a Recorder writing the record durably
                       (every fact of the Trainer's, trainer_us included)
@@ -284,7 +286,7 @@ def interleaved(steps):
             t6 = clock()
             tr._losses.append(value)
             if tr._watched:
-                tr._facts(value, True, began, False, index)  # most steps say no clocks (CLOCKS_*)
+                tr._facts(value, True, began, False)  # most steps say no clocks (CLOCKS_*)
             elif len(tr._losses) >= tr.read_every or began >= tr._read_due:
                 tr._read()
             return (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, clock() - t6)

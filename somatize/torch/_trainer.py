@@ -308,7 +308,7 @@ class Trainer:
         except NonFiniteLoss as e:  # read_every=1: refused before its backward
             self._drop()
             if self._watched:
-                self._facts(e.loss, False, began, clocks, index)
+                self._facts(e.loss, False, began, clocks)
             raise
         except BaseException:
             self._drop()
@@ -318,7 +318,7 @@ class Trainer:
         if self.read_every > 1:
             losses.append(value)  # the losses held are those of the steps just before the last
         if self._watched:
-            self._facts(value, updated, began, clocks, index)
+            self._facts(value, updated, began, clocks)
         elif len(losses) >= self.read_every or began >= self._read_due:
             self._read()
         if self._checkpoint_every and self.steps % self._checkpoint_every == 0:
@@ -744,7 +744,7 @@ class Trainer:
             raise e
         return loss.detach()
 
-    def _facts(self, value, updated, began, clocks, index):
+    def _facts(self, value, updated, began, clocks):
         emit = self._emitting.emit
         if updated:
             emit({"fact": "updated"})
@@ -753,7 +753,9 @@ class Trainer:
             self._loss_facts.append(fact)
             emit(fact)
         else:
-            emit({"fact": "loss", "value": value if value.__class__ is float else value.item()})
+            # read_every=1: the step's loss was read as it ended (a micro step's pieces: their sum is read here)
+            whole = value if value.__class__ is float else self.loss if self.micro == 1 else value.item()
+            emit({"fact": "loss", "value": whole})
         if clocks:
             emit({"fact": "wall_s", "value": self._began_s})
             objective, backward, update = self._split
