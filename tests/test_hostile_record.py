@@ -220,3 +220,138 @@ def test_a_spoiled_run_never_hangs_reads_outside_or_crashes(tmp_path, case):
     else:
         assert by_call["somatize runs"]["value"] == 1
     assert {p: p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before  # nothing outside changed
+
+
+# ---- links out, proven by the opens that succeed ----------------------------------------------------
+
+OPENED = r"""
+import builtins, contextlib, io, json, os, sys, traceback
+store, outside = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
+import numpy, pandas
+from somatize import SomatizeError, Store, diagnose
+from somatize.record import curve, facts, forwards, nodes, runs
+from somatize.cli import main
+import somatize.record._queries, somatize.record._check, somatize._store.check
+
+def beyond(path):
+    return path == outside or path.startswith(outside + os.sep)
+
+attempted, read = [], []  # every open asked for; every one that came back pointing outside
+RACED, HELD = os.path.join(store, "runs", "raced"), os.path.join(store, "tmp", "raced")
+armed = []
+
+def target(fd):
+    return os.readlink(f"/proc/self/fd/{fd}")  # where the kernel resolved the open, links and all
+
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes)):
+        path = os.fsdecode(args[0])
+        attempted.append(path)
+        if armed and "raced" in path.split(os.sep):
+            # someone swaps the run's folder for a link out the moment it is first opened:
+            # after any check made by path, before the open
+            armed.clear()
+            os.rename(RACED, HELD)
+            os.symlink(os.path.join(outside, "r"), RACED)
+    elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+        if beyond(os.path.realpath(os.fsdecode(args[0]))):  # a folder outside listed through a link
+            read.append(f"{event} {os.fsdecode(args[0])}")
+
+real_os_open, real_io_open = os.open, io.open
+
+def os_open(path, flags, *a, **k):
+    fd = real_os_open(path, flags, *a, **k)
+    if beyond(target(fd)):
+        read.append(f"os.open {path} -> {target(fd)}")
+    return fd
+
+def io_open(file, *a, **k):
+    f = real_io_open(file, *a, **k)
+    if beyond(target(f.fileno())):
+        read.append(f"open {file} -> {target(f.fileno())}")
+    return f
+
+sys.addaudithook(hook)
+os.open, io.open, builtins.open = os_open, io_open, io_open
+
+def call(name, fn):
+    if os.path.islink(RACED):  # the run as it was, and the race armed again
+        os.unlink(RACED)
+        os.rename(HELD, RACED)
+    armed.append(1)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            value = fn()
+        return {"call": name, "ok": True, "value": value if isinstance(value, (int, str, dict)) else None,
+                "out": out.getvalue()}
+    except SomatizeError as e:
+        return {"call": name, "ok": False, "error": type(e).__name__, "message": str(e)}
+    except BaseException:
+        return {"call": name, "crash": traceback.format_exc()}
+
+def rows():
+    return {r["run"]: {"state": r["state"], "problem": str(r.get("problem"))} for r in runs(store).to_dict("records")}
+
+results = [call("runs", rows), call("Store.runs", lambda: len(Store(store, readonly=True).runs())),
+           call("somatize runs", lambda: main(["runs", store])),
+           call("somatize check", lambda: main(["check", store]))]
+for run in sys.argv[3:]:
+    results += [call(f"facts {run}", lambda: len(facts(store, run))),
+                call(f"facts {run} forward", lambda: len(facts(store, run, forward=3))),
+                call(f"forwards {run}", lambda: len(forwards(store, run))),
+                call(f"nodes {run}", lambda: len(nodes(store, run))),
+                call(f"curve {run}", lambda: len(curve(store, run, "loss"))),
+                call(f"diagnose {run}", lambda: len(diagnose(store, run)))]
+print(json.dumps({"results": results, "read": read, "attempted": len(attempted)}))
+"""
+
+
+def _plant_links(root, outside):
+    """runs/evil a link to a run outside; evil2's summary.json and evil3's
+    facts.log links to that run's files (whole, sound files: followed, they
+    would read as a run); "raced" is a sound run whose folder the child swaps
+    for a link out at the first open of anything in it."""
+    runs = root / "runs"
+    (runs / "evil").symlink_to(outside / "r")
+    for run, file in (("evil2", "summary.json"), ("evil3", "facts.log"), ("raced", None)):
+        shutil.copytree(runs / "r", runs / run)
+        if file:
+            (runs / run / file).unlink()
+            (runs / run / file).symlink_to(outside / "r" / file)
+    return {"evil": "runs/evil", "evil2": "summary.json", "evil3": "facts.log", "raced": "runs/raced"}
+
+
+def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_out(tmp_path):
+    """Issue 23: the audit hook sees the opens asked for; here every open
+    that succeeds is also looked at where the kernel resolved it
+    (/proc/self/fd), so one that followed a link out shows even when asked
+    with O_NOFOLLOW (which guards only a path's last part). A run folder
+    swapped for a link between a check by path and the open (what a
+    process sharing the store can do) must be met by an open that follows
+    no part below the store."""
+    root, outside = make(tmp_path)
+    links = _plant_links(root, outside)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", OPENED, str(root), str(outside), *links],
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["attempted"] > 50  # the hook watched the calls (not vacuous)
+    assert report["read"] == [], report["read"]
+    by_call = {r["call"]: r for r in report["results"]}
+    for r in report["results"]:
+        assert "crash" not in r, f"{r['call']}: {r['crash']}"
+        run = r["call"].split()[1] if r["call"].split()[0] in ("facts", "forwards", "nodes", "curve",
+                                                                 "diagnose") else None
+        if run is not None and not r["ok"]:  # a refusal names the link (nodes answers from the summary)
+            assert links[run] in r["message"] and "link" in r["message"], r
+    for run in ("evil", "evil2", "raced"):  # nothing of these reads but through the link
+        assert not by_call[f"facts {run}"]["ok"] and not by_call[f"curve {run}"]["ok"]
+    listed = by_call["runs"]["value"]
+    for run, named in links.items():  # each lists as damaged, naming the link
+        assert listed[run]["state"] == "damaged", (run, listed[run])
+        assert named in listed[run]["problem"] and "link" in listed[run]["problem"], (run, listed[run])
+    assert listed["good"]["state"] == "finished"
+    check = by_call["somatize check"]
+    assert check["value"] == 1 and all(f"run '{run}'" in check["out"] for run in links), check
