@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 import pytest
 
+import somatize
 from somatize import Recorder, Store
 from somatize.record import _log
 
@@ -355,3 +356,21 @@ def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_o
     assert listed["good"]["state"] == "finished"
     check = by_call["somatize check"]
     assert check["value"] == 1 and all(f"run '{run}'" in check["out"] for run in links), check
+
+
+def test_a_store_whose_runs_is_a_file_is_refused_saying_so_and_check_reports_it(tmp_path, capsys):
+    """Issue 23: `somatize runs` exited 1 saying only "is not a folder"."""
+    from somatize.cli import main
+    from somatize.record import runs
+
+    store = Store(tmp_path / "store")
+    (store.path / "runs").write_text("not a folder")
+    assert main(["runs", str(store.path)]) == 1  # nothing can be listed: a refusal, not an empty table
+    said = capsys.readouterr().err
+    assert "runs is a file, not a folder" in said and str(store.path / "runs") in said
+    assert "Move it away" in said and "somatize check" in said  # what to do
+    with pytest.raises(somatize.DamagedError, match="runs is a file, not a folder"):
+        runs(store)
+    assert main(["check", str(store.path)]) == 1
+    out = capsys.readouterr().out
+    assert "problem: " in out and "runs is a file, not a folder" in out

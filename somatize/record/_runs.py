@@ -81,10 +81,12 @@ def runs_dir(root: Path) -> Path | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(st.st_mode):
-        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        kind = ("a link" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode)
+                else "something else (a FIFO, a device…)")
         raise DamagedError(
-            f"{path} is {kind}: the runs of a store live in a real folder there. Move it "
-            f"away (nothing was read through it) and run `somatize check {root}`"
+            f"{path}: runs is {kind}, not a folder; the runs of a store live in a real folder "
+            f"there, and nothing was read through it. Move it away (a Recorder makes the folder "
+            f"again) and run `somatize check {root}`"
         )
     return path
 
