@@ -56,6 +56,8 @@ def hook(event, args):
         if not isinstance(path, (str, bytes, os.PathLike)):
             return
         path = os.fsdecode(path)
+        if not os.path.isabs(path):  # a name opened in a folder's descriptor, not in the working folder:
+            return                   # where those resolve, the test of links below reads from /proc/self/fd
         full = os.path.abspath(path)
         if any(full.startswith(m + os.sep) for m in modules) or full.endswith((".py", ".pyc", ".so")):
             return
@@ -227,7 +229,7 @@ def test_a_spoiled_run_never_hangs_reads_outside_or_crashes(tmp_path, case):
 
 OPENED = r"""
 import builtins, contextlib, io, json, os, sys, traceback
-store, outside = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2])
+store, outside, swap_at = os.path.realpath(sys.argv[1]), os.path.realpath(sys.argv[2]), int(sys.argv[3])
 import numpy, pandas
 from somatize import SomatizeError, Store, diagnose
 from somatize.record import curve, facts, forwards, nodes, runs
@@ -239,7 +241,7 @@ def beyond(path):
 
 attempted, read = [], []  # every open asked for; every one that came back pointing outside
 RACED, HELD = os.path.join(store, "runs", "raced"), os.path.join(store, "tmp", "raced")
-armed = []
+armed = [0]  # opens of the raced run's folder (or of a path through it) left before the swap
 
 def target(fd):
     return os.readlink(f"/proc/self/fd/{fd}")  # where the kernel resolved the open, links and all
@@ -248,10 +250,11 @@ def hook(event, args):
     if event == "open" and isinstance(args[0], (str, bytes)):
         path = os.fsdecode(args[0])
         attempted.append(path)
-        if armed and "raced" in path.split(os.sep):
-            # someone swaps the run's folder for a link out the moment it is first opened:
-            # after any check made by path, before the open
-            armed.clear()
+        if armed[0] and "raced" in path.split(os.sep):
+            armed[0] -= 1
+        if armed[0] == 0 and "raced" in path.split(os.sep) and not os.path.islink(RACED):
+            # someone swaps the run's folder for a link out as it is opened (the first
+            # time, or a later one): after any check made by path, before the open
             os.rename(RACED, HELD)
             os.symlink(os.path.join(outside, "r"), RACED)
     elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
@@ -279,7 +282,7 @@ def call(name, fn):
     if os.path.islink(RACED):  # the run as it was, and the race armed again
         os.unlink(RACED)
         os.rename(HELD, RACED)
-    armed.append(1)
+    armed[0] = swap_at
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -297,7 +300,7 @@ def rows():
 results = [call("runs", rows), call("Store.runs", lambda: len(Store(store, readonly=True).runs())),
            call("somatize runs", lambda: main(["runs", store])),
            call("somatize check", lambda: main(["check", store]))]
-for run in sys.argv[3:]:
+for run in sys.argv[4:]:
     results += [call(f"facts {run}", lambda: len(facts(store, run))),
                 call(f"facts {run} forward", lambda: len(facts(store, run, forward=3))),
                 call(f"forwards {run}", lambda: len(forwards(store, run))),
@@ -323,7 +326,8 @@ def _plant_links(root, outside):
     return {"evil": "runs/evil", "evil2": "summary.json", "evil3": "facts.log", "raced": "runs/raced"}
 
 
-def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_out(tmp_path):
+@pytest.mark.parametrize("swap_at", [1, 2], ids=["swapped at its first open", "swapped at its second"])
+def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_out(tmp_path, swap_at):
     """Issue 23: the audit hook sees the opens asked for; here every open
     that succeeds is also looked at where the kernel resolved it
     (/proc/self/fd), so one that followed a link out shows even when asked
@@ -334,7 +338,7 @@ def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_o
     root, outside = make(tmp_path)
     links = _plant_links(root, outside)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", OPENED, str(root), str(outside), *links],
+    done = subprocess.run([sys.executable, "-c", OPENED, str(root), str(outside), str(swap_at), *links],
                           capture_output=True, text=True, timeout=120, check=False, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -350,6 +354,9 @@ def test_no_byte_outside_is_read_through_a_run_folder_or_a_run_file_that_links_o
     for run in ("evil", "evil2", "raced"):  # nothing of these reads but through the link
         assert not by_call[f"facts {run}"]["ok"] and not by_call[f"curve {run}"]["ok"]
     listed = by_call["runs"]["value"]
+    if swap_at > 1:  # the listing read "raced" in the real folder it opened first, and only there
+        assert listed.pop("raced")["state"] == "finished"
+        del links["raced"]
     for run, named in links.items():  # each lists as damaged, naming the link
         assert listed[run]["state"] == "damaged", (run, listed[run])
         assert named in listed[run]["problem"] and "link" in listed[run]["problem"], (run, listed[run])
