@@ -73,8 +73,8 @@ def _setting(value) -> str:
 
 
 def runs_table(path) -> str:
-    """The text ``somatize runs`` prints: one line per run, a damaged run
-    marked "damaged" with why below the table. Columns: the run, its state,
+    """The text ``somatize runs`` prints: one line per run; below the table,
+    why each interrupted run was (its ``cause``) and why each damaged run is. Columns: the run, its state,
     counts, its config (``config.<key>``, as ``somatize.record.runs`` names
     them), the last value of each summarised fact, when it was updated.
     Linear in the runs and their summarised facts."""
@@ -124,6 +124,8 @@ def runs_table(path) -> str:
     if more:
         out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
     for row in rows:
+        if "cause" in row:
+            out.append(f"interrupted: {row['run']}: {row['cause']}")
         if "problem" in row:
             out.append(f"damaged: {row['run']}: {row['problem']} (`somatize check {path}` says more)")
     return "\n".join(out)

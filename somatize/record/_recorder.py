@@ -84,8 +84,11 @@ class Recorder:
     run another Recorder of this process is recording (a notebook cell run
     again) is taken over: that Recorder is closed first.
     ``flush()`` returns once every fact handed over is on disk; ``close()``
-    (also at exit, and leaving a ``with`` block) marks the run finished; a
-    ``with`` block left by an exception marks it interrupted.
+    (and leaving a ``with`` block) marks the run finished. A run its owner
+    did not close is interrupted, with a ``cause`` where the process can
+    tell one: a ``with`` block left by an exception, or a script ended by
+    one (KeyboardInterrupt for ctrl-C / SIGINT), names the exception's type;
+    a process that exits without ``close()`` says so.
 
     A process killed outright (kill -9) loses at most the facts handed over
     since the last completed flush: the flusher runs every 0.25 s, so
@@ -138,6 +141,7 @@ class Recorder:
         self.folder = folder
         self._real = os.path.realpath(folder)
         self._pid = os.getpid()
+        self._error_before = _flusher.last_error()  # an error before this run began is not its cause
         self._pending: list = []
         self._flush_lock = threading.Lock()
         self._error: BaseException | None = None
@@ -208,7 +212,16 @@ class Recorder:
             del pending[:n]
 
     def close(self, state: str = "finished") -> None:
-        """Flush, mark the run ``state`` (finished) and let it go."""
+        """Flush, mark the run ``state`` (finished, or interrupted) and let it go."""
+        if state not in ("finished", "interrupted"):
+            raise SomatizeValueError(
+                f"close(state) marks a run 'finished' or 'interrupted'; got {state!r:.40}: "
+                f"write recorder.close() for a run that ended as it should"
+            )
+        self._end(state, None)
+
+    def _end(self, state: str, cause: str | None) -> None:
+        """Flush, mark the run ``state``, saying its ``cause`` when interrupted."""
         if self._closed:
             return
         try:
@@ -216,6 +229,9 @@ class Recorder:
                 self.flush()
                 with self._flush_lock:
                     self._summary["state"] = state
+                    self._summary.pop("cause", None)
+                    if cause is not None and state == "interrupted":
+                        self._summary["cause"] = cause
                     self._write_summary()
         except BaseException as e:
             self._fail(e)
@@ -274,7 +290,10 @@ class Recorder:
         return self
 
     def __exit__(self, kind, value, tb):
-        self.close("finished" if kind is None else "interrupted")
+        if kind is None:
+            self.close()
+        else:
+            self._end("interrupted", _summary.cause_of(value))
 
     def __repr__(self):
         s = self._summary
@@ -422,6 +441,7 @@ class Recorder:
         if old is None and config is not None:
             summary["config"] = config
         summary.update(run=run, state="running", pid=self._pid, host=socket.gethostname(), updated=now)
+        summary.pop("cause", None)
         for name in summarising:
             summary["summarising"].setdefault(name, {"count": 0, "first": None, "last": None, "min": None, "max": None})
         self._summary = summary

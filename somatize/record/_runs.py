@@ -6,7 +6,7 @@ others list as ever. Only regular files in real folders of the store are read:
 ``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
 each file without following one). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
-process died ("interrupted"). POSIX locks belong to a process and closing any
+process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
 descriptor of the file drops them, so a run recorded by this very process is
 never probed through its lock file: the in-process registry ``LIVE`` answers
 for it, from memory (a query never makes a live Recorder write).
@@ -26,7 +26,7 @@ from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._store import files as _store_files
 from .._store.names import RUN_NAME
 from . import _files
-from ._summary import MAX_BYTES, Broken, parse
+from ._summary import LOST, MAX_BYTES, Broken, parse
 
 SUMMARY = "summary.json"
 LOCK = "lock"
@@ -275,6 +275,6 @@ def summaries(store, names=None) -> list[dict]:
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
         elif summary["state"] == "running" and not holder_alive(folder):
-            summary["state"] = "interrupted"
+            summary["state"], summary["cause"] = "interrupted", LOST
         out.append(summary)
     return out
