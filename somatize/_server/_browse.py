@@ -36,7 +36,6 @@ import os
 import queue
 import re
 import secrets
-import shutil
 import stat
 import threading
 from pathlib import Path
@@ -523,13 +522,13 @@ class Browser:
                 try:
                     lock = _hold_lock(run_fd, run)
                     try:
-                        gone = f"deleted-{run[:40]}-{secrets.token_hex(6)}"
+                        gone = files.trash_name(run)
                         os.rename(run, gone, src_dir_fd=runs_fd, dst_dir_fd=tmp_fd)
                     finally:
                         os.close(lock)
                 finally:
                     os.close(run_fd)
-                shutil.rmtree(gone, dir_fd=tmp_fd)
+                files.remove_trash(gone, tmp_fd)
             finally:
                 os.close(tmp_fd)
         finally:

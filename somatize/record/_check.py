@@ -7,6 +7,7 @@ log, a summary whose counts are not the log's, a summary that does not parse
 or has a field of the wrong type, a file that is a symlink or a FIFO. The
 torn remains of a flush that a kill interrupted lie past what
 ``summary.json`` counts; they are a note, not damage: no reader trusts them.
+So is a deleted run's folder that a delete left in ``tmp/``.
 The check reports; it never raises and never writes.
 """
 
@@ -160,7 +161,9 @@ def _damaged_after(raw, index_path, after, committed):
 
 def check_runs(root: Path) -> tuple[list[str], list[str]]:
     problems: list[str] = []
-    notes: list[str] = []
+    notes = [f"{Path(root) / 'tmp' / name}: a deleted run not yet removed (its delete stopped partway); "
+             "nothing reads it, and opening the store to write (Store(path)) removes it"
+             for name in _store_files.trash(root)]
     try:
         names = run_names(root)
     except DamagedError as e:
