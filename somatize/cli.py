@@ -137,11 +137,11 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
-    from ._base.errors import DamagedError, SomatizeError
+    from ._base.errors import SomatizeError
     from ._store.check import count_objects
+    from ._store.names import run_names
     from ._store.store import Store
     from .record._check import check_runs
-    from .record._runs import run_names
 
     path = Path(path)
     try:
@@ -150,10 +150,7 @@ def check_report(path) -> tuple[str, bool]:
         return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
     run_problems, notes = check_runs(path)
-    try:
-        runs = len(run_names(path))
-    except DamagedError:
-        runs = 0
+    runs = len(run_names(path))
     problems += run_problems
     checked = (
         f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "

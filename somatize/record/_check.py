@@ -19,6 +19,7 @@ import numpy as np
 
 from .._base.errors import DamagedError
 from .._store import files as _store_files
+from .._store.names import run_names
 from . import _files, _log
 from ._runs import (
     INDEX,
@@ -28,7 +29,7 @@ from ._runs import (
     SUMMARY,
     folder_problem,
     load_summary,
-    run_names,
+    runs_dir,
 )
 from ._summary import Broken
 
@@ -165,7 +166,8 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
              "nothing reads it, and opening the store to write (Store(path)) removes it"
              for name in _store_files.trash(root)]
     try:
-        names = run_names(root)
+        runs_dir(root)  # a runs/ that is a link or a file: one line, and nothing read through it
+        names = run_names(root, links_too=True)
     except DamagedError as e:
         return [str(e)], notes
     for name in names:

@@ -29,6 +29,7 @@ from .._base.errors import (
     SomatizeValueError,
 )
 from .._store import files as _store_files
+from .._store.names import store_root
 from . import _files, _log, _summary
 from ._runs import (
     INDEX,
@@ -37,7 +38,6 @@ from ._runs import (
     existing_folder,
     live_recorder,
     log_short,
-    store_root,
     summaries,
     summary_or_damage,
 )
@@ -203,9 +203,7 @@ class _Run:
             points = _log.points_of(raw)
         pending = self.points.get(name)
         if pending:
-            from ._summary import points_bytes
-
-            points = np.concatenate([points, _log.points_of(points_bytes(*pending))])
+            points = np.concatenate([points, _log.points_of(_log.points_bytes(*pending))])
         return points
 
     def series_names(self):

@@ -32,6 +32,8 @@ import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
+from .._store.names import run_names
+from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary
 from ._runs import (
     INDEX,
@@ -45,9 +47,7 @@ from ._runs import (
     folder_problem,
     load_summary,
     run_folder,
-    run_names,
     runs_dir,
-    store_root,
     try_lock,
 )
 
@@ -113,7 +113,7 @@ class Recorder:
             config = _summary.config_json(config)  # before anything is written
         if run is not None:
             checked_name(run)
-        root = store_root(store, create=True)
+        root = _writable_root(store)
         named = run is not None
         while True:
             if not named:
@@ -358,7 +358,7 @@ class Recorder:
         append_durably(self._fd(LOG), batch.data)
         series = summary["series"]
         for name, (forwards, values) in batch.points.items():
-            data = _summary.points_bytes(forwards, values)
+            data = _log.points_bytes(forwards, values)
             append_durably(self._fd(_log.series_file(Path(SERIES), name)), data)
             hasher = self._hashers.get(name)
             if hasher is None:
@@ -536,11 +536,20 @@ class _Batch:
         self.last = -1
 
 
+def _writable_root(store) -> Path:
+    """The folder of the store a Recorder writes into: a path is opened (made
+    when missing) as the store's one ``as_store``; a read-only Store is refused."""
+    store = as_store(store)
+    if store.readonly:
+        raise StoreNotWritable(
+            f"a Recorder writes into its store, and {store!r} was opened read-only: "
+            f"write Recorder(Store({str(store.path)!r}), ...)"
+        )
+    return Path(store.path)
+
+
 def _free_name(root, run):
-    try:
-        taken = set(run_names(root))
-    except DamagedError:
-        taken = set()
+    taken = set(run_names(root, links_too=True))
     n = 2
     while f"{run}-{n}" in taken:
         n += 1

@@ -329,20 +329,3 @@ def _fold(s, value):
         s["max"] = value
     s["count"] += 1
     s["last"] = value
-
-
-def points_bytes(forwards: list, values: list) -> bytes:
-    """Series records; a value too large for a float64 becomes ±inf."""
-    from . import _log
-
-    try:
-        return _log.points_bytes(forwards, values)
-    except (OverflowError, TypeError, ValueError):
-        return _log.points_bytes(forwards, [_as_float(v) for v in values])
-
-
-def _as_float(v) -> float:
-    try:
-        return float(v)
-    except OverflowError:
-        return float("inf") if v > 0 else float("-inf")
