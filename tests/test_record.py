@@ -214,7 +214,7 @@ def test_a_cell_run_again_takes_its_run_over_with_resume(store):
     first.forward_began()
     first({"fact": "loss", "value": 1.0})
     again = Recorder(store, run="r", resume=True)
-    assert repr(first).endswith("state=closed)")
+    assert repr(first).endswith(", closed)")
     again.forward_began()
     again({"fact": "loss", "value": 2.0})
     again.close()

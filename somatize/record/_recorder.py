@@ -243,7 +243,7 @@ class Recorder:
                 self._release()
         self._raise_if_unusable(closed_ok=True)
 
-    # -- a training resumed from kept state ---------------------------------
+    # -- a training resumed from what it kept --------------------------------
 
     @property
     def forwards(self) -> int:
@@ -252,7 +252,7 @@ class Recorder:
 
     def rewind(self, forwards: int) -> None:
         """Drop the facts of forward ``forwards`` on, durably, and number on
-        from there: a training resumed from state kept after that many
+        from there: a training resumed from what it kept after that many
         forwards does them again, and the run reads as one, with no forward
         twice (``Trainer`` calls it when it resumes). Refuses to go forward."""
         if isinstance(forwards, bool) or not isinstance(forwards, int) or forwards < 0:
@@ -264,7 +264,7 @@ class Recorder:
             if forwards > have:
                 raise SomatizeValueError(
                     f"run {self.run!r} holds {have} forwards, fewer than the {forwards} to rewind to: "
-                    f"this record is not the one the state was kept with; resume into the run it was "
+                    f"this record is not the one the training was kept with; resume into the run it was "
                     f"kept with, or start the training again"
                 )
             if forwards == have:
@@ -297,8 +297,9 @@ class Recorder:
 
     def __repr__(self):
         s = self._summary
-        state = "stopped" if self._error is not None else "closed" if self._closed else "running"
-        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}, state={state})"
+        # the Recorder's own condition; the run's state is what runs() says
+        how = ", stopped by a failed flush" if self._error is not None else ", closed" if self._closed else ""
+        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}{how})"
 
     # -- what a query in this process reads ----------------------------------
 

@@ -80,7 +80,7 @@ def rebuild(folder, summary: dict, run: str):
 
 def cut(folder, summary: dict, run: str, forwards: int):
     """Cut the committed record back to its first ``forwards`` forwards (a
-    training resumed from state kept there does them again). Writes the
+    training resumed from what it kept there does them again). Writes the
     index and the series of what stays and updates ``summary`` (counts,
     nodes, summarised facts, ``log_bytes``: where the log is to be cut) for
     the caller to write, then to truncate the log. Returns (head, hashers):
