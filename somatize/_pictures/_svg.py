@@ -52,11 +52,8 @@ def duration_us(us):
     """Microseconds as a human reads them: µs, ms or s."""
     if us is None:
         return "—"
-    if us >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
+    size, unit = next(((size, unit) for size, unit in ((1e6, "s"), (1e3, "ms")) if us >= size), (1, "µs"))
+    return f"{us / size:.3g} {unit}"
 
 
 def seconds(s):
