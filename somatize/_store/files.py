@@ -229,19 +229,26 @@ def open_dir(root, parts):
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for at, part in enumerate(parts):
-            try:
-                below = os.open(part, _DIR, dir_fd=fd)
-            except (NotADirectoryError, OSError) as e:
-                if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
-                raise Refused(_kind(mode), "folder", os.path.join(*parts[: at + 1])) from None
+            below = open_below(fd, part, os.path.join(*parts[: at + 1]))
             os.close(fd)
             fd = below
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_below(fd, part, where=None):
+    """A descriptor of the folder ``part`` in the folder open as ``fd``, not
+    followed; ``Refused`` (its ``part`` being ``where``, or ``part``) when it
+    is a link or no folder, FileNotFoundError when it is missing."""
+    try:
+        return os.open(part, _DIR, dir_fd=fd)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+        raise Refused(_kind(mode), "folder", where or part) from None
 
 
 def lstat_in(root, parts):

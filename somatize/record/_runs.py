@@ -237,12 +237,13 @@ def summaries(store, names=None) -> list[dict]:
 def _row(name, folder, runs_fd, live) -> dict | None:
     """The listing's row of one run; None for a folder that is no run (yet)."""
     try:
-        run_fd = os.open(name, _DIR, dir_fd=runs_fd)
+        run_fd = _store_files.open_below(runs_fd, name)
     except FileNotFoundError:
         return None
-    except OSError as e:  # a link, a file, a FIFO… (ELOOP, ENOTDIR), or one not ours to open
-        problem = folder_problem(folder) or f"{folder} cannot be opened as a folder ({e.strerror})"
-        return {"run": name, "state": "damaged", "problem": problem}
+    except _store_files.Refused as e:  # a link, a file, a FIFO…
+        return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}
+    except OSError as e:  # one not ours to open
+        return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}
     try:
         recorder = live.get(name)
         if recorder is not None:
@@ -268,6 +269,3 @@ def _row(name, folder, runs_fd, live) -> dict | None:
         return summary
     finally:
         os.close(run_fd)
-
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
