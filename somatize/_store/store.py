@@ -470,11 +470,11 @@ class Store:
         and one lstat a leaf, before any leaf is read."""
         counts = {}
         for leaf in references(tree):
-            if type(leaf) is str and DIGEST.fullmatch(leaf):  # anything else: build says it is damaged
+            if type(leaf) is str:  # anything else: build says it is damaged
                 counts[leaf] = counts.get(leaf, 0) + 1
         repeated, present, refs, leaves = 0, 0, 0, 0
         for leaf, n in counts.items():
-            if n == 1:
+            if n == 1 or not DIGEST.fullmatch(leaf):
                 continue  # a leaf referenced once adds only the bytes present
             try:
                 size = _files.lstat_in(self.path, ("objects", leaf[7:9], leaf[9:])).st_size
