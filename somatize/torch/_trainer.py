@@ -62,6 +62,7 @@ from .._graph import engine as _engine
 from .._graph.watchers import Watchers
 from . import _state
 from ._instruments import Instruments, due
+from ._modes import Modes
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 # Which steps say their clocks (wall_s and the three parts): the first
@@ -149,6 +150,7 @@ class Trainer:
             )
         if not_frozen_in_torch(g):
             freeze(g)
+        self._modes = Modes(g)  # frozen nodes' modules in eval mode, the others' in train mode, each step
         self._params = params
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
@@ -171,6 +173,7 @@ class Trainer:
         Returns the loss of the whole batch as a float."""
         began = perf_counter_ns()
         x, y = self._pair(batch)
+        self._modes.train()
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
