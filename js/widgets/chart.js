@@ -119,6 +119,9 @@ function drawChart(host, data, opts = {}) {
       points: pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
       class: "curve", style: `stroke:${s.color}`, "data-points": pts.length, "data-name": s.name,
     }, plot);
+    if (s.dots) {
+      for (const p of pts) svg("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, class: "dot", style: `fill:${s.color}` }, plot);
+    }
   }
   for (const m of data.marks) {
     const X = px(m.x);
