@@ -110,7 +110,7 @@ def test_spent_shows_the_evaluations_time_apart_from_training(tmp_path):
     assert durations(text_of(items[i + 1])) == pytest.approx([row["total_us"], row["mean_us"]], rel=0.005)
     assert "an evaluation" in text_of(items[i + 1]) and "3 evaluations" in text_of(bar.find(f"{SVG}title"))
     assert fill_of(bar) not in (fill_of(bars["trainer"][1]), fill_of(bars["engine"][1]))
-    assert "green: evaluation, apart from training" in text_of(svg)
+    assert "green: evaluation" in text_of(svg)
 
 
 def test_a_run_that_never_evaluated_shows_no_evaluation_in_spent(tmp_path):

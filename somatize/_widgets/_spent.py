@@ -155,7 +155,7 @@ def _evaluation_of(store, run):
         return None
     if not len(took):
         return None
-    return {"label": "evaluation (forwards, loss, metrics)", "kind": "evaluation", "total_us": float(took.sum()),
+    return {"label": "evaluation", "kind": "evaluation", "total_us": float(took.sum()),
             "mean_us": float(took.mean()), "count": int(len(took))}
 
 
@@ -218,7 +218,7 @@ def spent_inner(d, graph=None, narrow=False):
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
     grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
     if any(r["kind"] == "evaluation" for r in d["rows"]):
-        grey += "; green: evaluation, apart from training"
+        grey += "; green: evaluation"
     parts.append(_both(_svg.bars_svg(bars, title=title_of(d), unit_label=grey),
                        narrow and _svg.bars_svg_narrow(bars, title=title_of(d), unit_label=grey)))
     parts.append(_spread_table(d))
