@@ -119,3 +119,16 @@ def test_a_run_that_never_evaluated_shows_no_evaluation_in_spent(tmp_path):
         t = trainer(graph(), watching=rec)
         t.step(data([16])[0])
     assert "evaluation" not in [r["kind"] for r in spent(store, run="r").rows]
+
+
+def test_with_micro_steps_an_evaluation_is_drawn_at_its_step_not_its_forward(tmp_path):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as rec:
+        t = trainer(graph(), watching=rec, micro=2)  # two forwards a step
+        for i, batch in enumerate(data([16] * 5)):
+            t.step(batch)
+            if i == 2:
+                t.evaluate(data([8], seed=4))
+    assert curve(store, run="r", name="val_loss").index.tolist() == [5]  # step 2's last forward
+    (val,) = [s for s in progress(store, run="r").chart()["series"] if s["name"] == "val_loss"]
+    assert [x for x, _ in val["points"]] == [2]
