@@ -49,7 +49,7 @@ class Modes:
         was = [(sub, sub.training) for sub, _, _ in self._flat]
         try:
             for top, _ in self._tops:
-                top.eval()
+                top.train(False)  # eval mode
             yield
         finally:
             for sub, training in was:

@@ -141,7 +141,7 @@ def freeze(g):
         for p in _node_params(node):  # the node's other state is settled
             p.requires_grad_(False)
         for m in modules(node):
-            m.eval()
+            m.train(False)  # eval mode (Module.eval is train(False))
         _engine.set_weights(node, digest_tensors(named), _still(node, named))
     return g
 
