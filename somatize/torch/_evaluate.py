@@ -94,8 +94,9 @@ def evaluate(trainer, batches, metrics=None):
     metrics = checked_metrics(metrics)
     began = perf_counter_ns()
     g, store = trainer.g, trainer.store
-    sums = {"loss": None, **{name: None for name in metrics}}
-    examples = 0
+    measures = (("loss", trainer.objective), *metrics.items())
+    values = {name: [] for name, _ in measures}  # each batch's value, left on its device until the end
+    sizes = []
     rng = _rng_state()
     try:
         with trainer._modes.evaluating(), torch.no_grad():
@@ -103,16 +104,21 @@ def evaluate(trainer, batches, metrics=None):
                 x, y = trainer._pair(batch)
                 n = _examples(x, y)
                 out = g.forward(Opaque(x), store)
-                for name, fn in (("loss", trainer.objective), *metrics.items()):
-                    v = _batch_value(fn(out, y), name, examples)
-                    sums[name] = v * n if sums[name] is None else sums[name] + v * n
-                examples += n
+                for name, fn in measures:
+                    values[name].append(_batch_value(fn(out, y), name, sum(sizes)))
+                sizes.append(n)
     finally:
         _put_back(rng)
+    examples = sum(sizes)
     if not examples:
         raise SomatizeValueError("evaluate(batches): the batches held no example; give a list of (x, y), "
                                  "or a DataLoader over the validation set")
-    said = {PREFIX + name: float(total) / examples for name, total in sums.items()}  # one read off the device
+    said = {}
+    for name, batch_values in values.items():
+        total = 0.0  # in order, in float64: the sum a loop adding value * n batch by batch makes
+        for v, n in zip(_floats(batch_values), sizes):
+            total += v * n
+        said[PREFIX + name] = total / examples
     if trainer._watched:
         emit = trainer._watchers.emit
         for name, value in said.items():
@@ -122,16 +128,25 @@ def evaluate(trainer, batches, metrics=None):
 
 
 def _batch_value(v, name, seen):
-    """A batch's value as a float64 tensor (kept on its device: read once, at the end)."""
+    """A batch's value: a 0-d tensor (left on its device) or a float."""
     if isinstance(v, torch.Tensor) and v.ndim == 0:
-        return v.detach().double()
+        return v.detach()
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return torch.tensor(float(v), dtype=torch.float64)
+        return float(v)
     what = "objective" if name == "loss" else f"metric {name!r}"
     raise SomatizeTypeError(
         f"evaluate: the {what} returned {_shape(v)} on the batch after {seen} examples; it must return "
         "the batch's mean as a number or a 0-d tensor (a loss with reduction='mean')"
     )
+
+
+def _floats(values):
+    """The batches' values as floats, the tensors read off their device in one go."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return values
+    read = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).tolist())
+    return [next(read) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _examples(x, y):
