@@ -12,6 +12,7 @@ import pytest
 from somatize import Graph, Node, Recorder, Store
 from somatize._base.errors import SomatizeKeyError, SomatizeValueError, WatcherError
 from somatize.record import curve, facts, forwards, nodes, runs
+from somatize.record._summary import EXITED
 
 
 def a_forward(i, rng):
@@ -213,7 +214,7 @@ def test_a_cell_run_again_takes_its_run_over_with_resume(store):
     first.forward_began()
     first({"fact": "loss", "value": 1.0})
     again = Recorder(store, run="r", resume=True)
-    assert repr(first).endswith("state=closed)")
+    assert repr(first).endswith(", closed)")
     again.forward_began()
     again({"fact": "loss", "value": 2.0})
     again.close()
@@ -274,7 +275,8 @@ def test_another_process_sees_facts_without_being_told(tmp_path):
             Recorder(path, run="r")
         writer.stdin.close()
         writer.wait(10)
-    assert runs(path).set_index("run").loc["r", "state"] == "finished"  # atexit closed it
+    row = runs(path).set_index("run").loc["r"]  # nobody closed it: the exit marked it
+    assert (row["state"], row["cause"]) == ("interrupted", EXITED)
 
 
 def test_a_run_whose_process_died_reads_interrupted(tmp_path):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._pictures import _svg
 from ..record import _chart
-from . import _svg
 
 POINTS = 2000
 XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from html import escape
 
-from . import _graph, _svg
+from .._pictures import _svg
+from . import _graph
 
 TRAINER_FACT = "trainer_us"
 # The parts of the Trainer's time, as the Trainer names them, and how the panel says them.

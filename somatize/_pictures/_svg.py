@@ -32,7 +32,7 @@ SERIES = ["var(--jp-brand-color1, #2563eb)", "var(--jp-warn-color1, #ea580c)", "
           "var(--jp-accent-color1, #9333ea)", "var(--jp-info-color1, #0891b2)", "var(--jp-error-color1, #be123c)",
           "var(--jp-warn-color2, #ca8a04)", "var(--jp-ui-font-color2, #4b5563)"]
 STATE = {"waiting": "var(--jp-ui-font-color2, #6b7280)", "running": SERIES[0],
-         "finished": "var(--jp-success-color1, #16a34a)", "failed": "var(--jp-error-color1, #dc2626)"}
+         "finished": "var(--jp-success-color1, #16a34a)", "interrupted": "var(--jp-error-color1, #dc2626)"}
 SLOW = "var(--jp-warn-color1, #ea580c)"
 BAD = "var(--jp-error-color1, #dc2626)"
 OVERHEAD = "var(--jp-ui-font-color3, #9ca3af)"
@@ -52,11 +52,8 @@ def duration_us(us):
     """Microseconds as a human reads them: µs, ms or s."""
     if us is None:
         return "—"
-    if us >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
+    size, unit = next(((size, unit) for size, unit in ((1e6, "s"), (1e3, "ms")) if us >= size), (1, "µs"))
+    return f"{us / size:.3g} {unit}"
 
 
 def seconds(s):
@@ -198,7 +195,7 @@ def stats_row(items):
 
 
 def live_html(snap):
-    state = snap["state"] + (f" ({snap['error']})" if snap.get("error") else "")
+    state = snap["state"] + (f" ({snap['cause']})" if snap.get("cause") else "")
     stats = stats_row([(label, value) for _, label, value in live_stats(snap)])
     return boxed(stats + line_chart(snap["chart"]), snap["title"], (state, STATE.get(snap["state"], MUTED)))
 
