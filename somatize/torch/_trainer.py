@@ -150,7 +150,7 @@ class Trainer:
             )
         if not_frozen_in_torch(g):
             freeze(g)
-        self._modes = Modes(g)  # frozen nodes' modules in eval mode, the others' in train mode, each step
+        self._modes = Modes(g)
         self._params = params
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
@@ -173,10 +173,10 @@ class Trainer:
         Returns the loss of the whole batch as a float."""
         began = perf_counter_ns()
         x, y = self._pair(batch)
-        self._modes.train()
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
+        self._modes.train()  # frozen nodes' modules in eval mode, the others' in train mode
         # Whether this step says its clocks (CLOCKS_*): only such a step is
         # timed part by part; the others time only their forwards.
         clocks = self._watched and (
