@@ -177,13 +177,16 @@ def test_an_unwatched_trainer_evaluates_and_says_nothing():
     ({"mae": 3}, r"'mae' maps to 3, which is not callable"),
     (5, r"metrics=5: give names of metrics"),
 ])
-def test_a_metric_that_cannot_be_computed_is_refused_before_any_forward(metrics, words):
-    g = graph()
-    calls = []
-    g.node("head").forward = lambda x, ctx: calls.append(1)
+def test_a_metric_that_cannot_be_computed_is_refused_before_any_batch_is_read(metrics, words):
+    read = []
+
+    def batches():
+        read.append(1)
+        yield from data([4])
+
     with pytest.raises(SomatizeError, match=words):
-        trainer(g).evaluate(data([4]), metrics=metrics)
-    assert calls == []
+        trainer(graph()).evaluate(batches(), metrics=metrics)
+    assert read == []
 
 
 def test_accuracy_on_outputs_that_are_not_class_scores_is_refused_naming_a_function_to_write():
