@@ -570,3 +570,18 @@ def test_a_run_whose_first_loss_was_infinite_resumes_and_summarises_on(store):
         recorder({"fact": "loss", "value": 0.5})
     row = runs(store).set_index("run").loc["r"]
     assert (row["state"], row["loss"], row["loss_min"]) == ("finished", 0.5, 0.5)
+
+
+def test_facts_before_the_first_forward_belong_to_forward_0_with_it_and_shift_no_forward(tmp_path):
+    """They made a forward of their own: the first forward was numbered 1 (an
+    evaluation before training, or the instruments' first facts, shifted every forward)."""
+    with Recorder(tmp_path, run="r") as rec:
+        rec({"fact": "val_loss", "value": 2.0})
+        for i in range(3):
+            rec.forward_began()
+            rec({"fact": "finished", "took_us": 5})
+            rec({"fact": "loss", "value": float(i)})
+        assert rec.forwards == 3  # read from memory, before any flush
+    assert [f["fact"] for f in facts(tmp_path, run="r", forward=0)] == ["val_loss", "finished", "loss"]
+    assert curve(tmp_path, run="r").to_dict() == {0: 0.0, 1: 1.0, 2: 2.0}
+    assert len(forwards(tmp_path, run="r")) == 3

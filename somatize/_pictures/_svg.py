@@ -132,6 +132,9 @@ def line_chart(data, *, width=WIDE, height=260):
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             parts.append(f'<polyline class="curve" clip-path="url(#{clip})" points="{path}" '
                          f'style="fill:none;stroke:{s["color"]};stroke-width:1.75;stroke-linejoin:round"/>')
+            if s.get("dots"):
+                parts.extend(f'<circle class="dot" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" '
+                             f'style="fill:{s["color"]}"/>' for x, y in pts)
     for m in data["marks"]:
         X = px(m["x"])
         parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '

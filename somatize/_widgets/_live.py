@@ -27,6 +27,7 @@ from ..record import _chart
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
 X_AXES = ("step", "relative")
+EVALUATED = "val_"  # the Trainer's evaluation says val_loss, val_<metric> (torch/_evaluate.py): drawn beside the loss
 
 
 class Curve:
@@ -147,6 +148,9 @@ class Live:
     `live` alone at the end of a cell to show it. It counts steps (one per
     `loss` fact), forwards and updates, and keeps the last and best loss.
 
+    An evaluation's facts (`trainer.evaluate`: `val_loss`, `val_accuracy`,
+    any `val_*`) are drawn beside the loss unasked, each at the step it came
+    in (the last step taken; 0 before any), a dot at each.
     `total_steps=N` (when known) adds the time to go; `also=["val_loss"]`
     draws those facts' numeric `value` beside the loss, each at the step it
     came in (a fact a node says with `ctx.fact("val_loss", value=v)`, or one
@@ -222,10 +226,13 @@ class Live:
             self._ended = self._clock()
         elif kind == "updated":
             self.updates += 1
-        elif kind in self._also:
+        elif kind in self._also or kind.startswith(EVALUATED):
             value = _number(fact.get("value"))
             if value is not None:
-                self._also[kind].add(value, self._now() if self._timed else max(0, self.steps - 1))
+                points = self._also.get(kind)
+                if points is None:  # an evaluation's value (val_loss, val_accuracy): drawn unasked
+                    points = self._also[kind] = Points()
+                points.add(value, self._now() if self._timed else max(0, self.steps - 1))
         self._version += 1
         if self._view is not None and self._timer is None:
             self._poke()
@@ -262,8 +269,9 @@ class Live:
         curve = [list(p) for p in self._curve.points()]
         bad = self.not_finite_at
         series = [_line("loss", _svg.SERIES[0], curve, self._curve.stride, self.smoothing)]
-        series += [_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing)
-                   for i, (name, c) in enumerate(self._also.items())]
+        series += [{**_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing),
+                    "dots": True}
+                   for i, (name, c) in enumerate(list(self._also.items()))]  # list: a fact may add one meanwhile
         marks = [] if bad is None else [{"x": self._not_finite_x, "label": f"not finite from step {bad:,}"}]
         left = None if not (self.total_steps and rate) else max(0, self.total_steps - self.steps) / rate
         return {

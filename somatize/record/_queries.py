@@ -271,6 +271,14 @@ def curve(store, run, name="loss"):
     return pd.Series(np.ascontiguousarray(points["value"]), index=index, name=name, copy=False)
 
 
+def curve_names(store, run):
+    """The names of ``run``'s curves (its numeric facts' series), sorted;
+    nothing but the summary is read."""
+    r = _Run(store, run)
+    r.needs_summary()
+    return [n for n in r.series_names() if n != TOOK]
+
+
 def _last_per_forward(points, rows):
     column = np.full(rows, np.nan)
     if len(points):

@@ -71,7 +71,7 @@ class Recorder:
     Forwards count from 0; facts that arrive after a forward's ``finished``
     and before the next forward begins (the Trainer's ``loss``, ``updated``)
     belong to that forward; facts before the first ``forward_began()`` belong
-    to forward 0.
+    to forward 0, as the first forward's do (they do not shift the numbering).
 
     ``config``: the run's configuration (a dict of JSON-like values: the
     learning rate, the layer sizes, the seed), kept in its summary and shown
@@ -284,7 +284,7 @@ class Recorder:
             except BaseException as e:
                 self._fail(e)
                 self._raise_if_unusable()
-            self._forward, self._has_facts = max(forwards - 1, 0), forwards > 0
+            self._forward, self._has_facts = max(forwards - 1, 0), True if forwards > 0 else None
 
     def __enter__(self):
         return self
@@ -448,7 +448,7 @@ class Recorder:
         self._summary = summary
         self._log_bytes = summary["log_bytes"]
         self._forward = max(summary["forwards"] - 1, 0)
-        self._has_facts = summary["forwards"] > 0
+        self._has_facts = True if summary["forwards"] > 0 else None  # None: no forward began (see _group)
         self._write_summary()
         if replay:
             batch = _Batch()
@@ -481,16 +481,21 @@ def _copy(summary):
 
 def _group(batch, forward, has):
     """([(forward, [facts])], forward, has) from pending facts and forward
-    markers, numbering on from ``forward`` (``has``: it holds facts)."""
+    markers, numbering on from ``forward`` (``has``: it holds facts; None: no
+    forward has begun in this run yet, so the facts so far belong to forward
+    0 and the first forward is forward 0 too, whatever came before it: an
+    evaluation or the instruments' first facts never shift the numbering)."""
     groups = []
     start = 0
     for mark in [i for i, fact in enumerate(batch) if fact is None] + [None]:
         stop = len(batch) if mark is None else mark
         if stop > start:
             groups.append((forward, batch[start:stop]))
-            has = True
-        if mark is not None and has:  # the next forward begins
-            forward += 1
+            if has is not None:
+                has = True
+        if mark is not None:
+            if has:  # the next forward begins
+                forward += 1
             has = False
         start = stop + 1
     return groups, forward, has
