@@ -381,3 +381,22 @@ def test_a_store_whose_runs_is_a_file_is_refused_saying_so_and_check_reports_it(
     assert main(["check", str(store.path)]) == 1
     out = capsys.readouterr().out
     assert "problem: " in out and "runs is a file, not a folder" in out
+
+
+def test_runs_named_like_the_stores_folders_read_as_any_other(tmp_path):
+    """A run's files are found from the store's root by position (runs/<run>/…,
+    runs/<run>/series/…): a store in a folder named "runs", and runs named
+    "runs" and "series", must still read whole and check clean."""
+    from somatize.cli import main
+    from somatize.record import curve, facts, runs
+
+    store = Store(tmp_path / "runs")
+    for run in ("runs", "series"):
+        with Recorder(store, run=run, summarising=["loss"]) as recorder:
+            for i in range(5):
+                recorder.forward_began()
+                recorder({"fact": "loss", "value": float(i)})
+        assert len(facts(store, run)) == 5 and list(curve(store, run, "loss")) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    listed = runs(store)
+    assert sorted(listed["run"]) == ["runs", "series"] and set(listed["state"]) == {"finished"}
+    assert main(["check", str(store.path)]) == 0
