@@ -418,7 +418,7 @@ class Store:
         ``repeated_limit``: the most bytes that references to a leaf already
         referenced may add (a value holding one 1 MB array 3 times adds 2 MB;
         each reference is the same array, never a copy). Past it the recall
-        is refused before anything is read: a store handed to you could
+        is refused before any leaf is read: a store handed to you could
         hold a reference bomb. ``None``: no limit."""
         key = name_or_digest
         if repeated_limit is not None and (type(repeated_limit) is not int or repeated_limit < 0):
