@@ -3,8 +3,9 @@
 The rule kept here: listing runs reads one small ``summary.json`` per run and
 never a fact; a run whose summary does not read lists as "damaged" and the
 others list as ever. Only regular files in real folders of the store are read:
-``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
-each file without following one). A run's state is what its summary says,
+``runs/`` and a run's folder must not be symlinks (the listing opens ``runs/``
+and each run's folder in it without following one, and reads the run's files
+in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
 process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
 descriptor of the file drops them, so a run recorded by this very process is
