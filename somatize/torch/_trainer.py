@@ -74,14 +74,16 @@ from time import perf_counter_ns, time
 
 import torch
 
-from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
+from .._base.errors import NonFiniteLoss, SomatizeTypeError, SomatizeValueError
 from .._base.values import Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers, held
 from .._store.store import as_store
 from . import _checkpoint as _kept
+from . import _evaluate
 from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
+from ._modes import Modes
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 # Which steps say their clocks (wall_s and the three parts): the first
@@ -98,11 +100,6 @@ CLOCKS_FIRST, CLOCKS_EVERY, CLOCKS_AT_MOST_NS = 10, 20, 1_000_000_000
 # READ_EVERY steps, and at most READ_AT_MOST_NS after the last read.
 READ_EVERY, READ_AT_MOST_NS = 32, 250_000_000
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class NonFiniteLoss(SomatizeError, FloatingPointError):
-    """The objective returned nan or inf. ``step`` is the step's index,
-    ``loss`` the value."""
 
 
 def _positive_int(what, v):
@@ -212,6 +209,7 @@ class Trainer:
             )
         if not_frozen_in_torch(g):
             freeze(g)
+        self._modes = Modes(g)
         self._params = params
         self.device = self._checked_device(device, params)
         where = self.device.type if self.device is not None else (params[0].device.type if params else "cpu")
@@ -284,6 +282,7 @@ class Trainer:
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
+        self._modes.train()  # frozen nodes' modules in eval mode, the others' in train mode
         # Whether this step says its clocks (CLOCKS_*): only such a step is
         # timed part by part; the others time only their forwards.
         clocks = self._watched and (
@@ -596,6 +595,19 @@ class Trainer:
             _put_rng(now, generator)
         return it
 
+    # -- evaluation (see _evaluate.py)
+    def evaluate(self, batches, metrics=None):
+        """The objective and ``metrics`` on ``batches`` (pairs ``(x, y)``, as
+        ``step`` takes), each the mean over all their examples, under
+        ``torch.no_grad()`` with every module in eval mode (each given back
+        its mode after). ``metrics``: names (``("accuracy",)``) or a dict of
+        name -> ``fn(output, y)`` returning the batch's mean. Said to the
+        watchers as ``val_loss``, ``val_<name>`` and ``eval_us`` at the
+        current step; ``Live`` and ``progress`` draw them beside the loss.
+        No weight, no random stream of training and no forward's number
+        moves. Returns ``{"val_loss": v, "val_<name>": v, ...}``."""
+        return _evaluate.evaluate(self, batches, metrics)
+
     # -- weights
     def export(self):
         """The graph's weights node by node: ``{"body": {"net.0.weight": t, ...}, ...}``."""
@@ -686,6 +698,13 @@ class Trainer:
         return as_store(store), name
 
     # -- helpers
+    def _pair(self, batch):
+        """``(x, y)`` of a batch, on the Trainer's device (``_batch``)."""
+        x, y = pair(batch, self.keys)
+        if self.device is not None:
+            x, y = moved(x, self.device), moved(y, self.device)
+        return x, y
+
     @staticmethod
     def _checked_device(device, params):
         if device is None:
