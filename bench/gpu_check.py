@@ -32,7 +32,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from somatize import Graph, Node, Opaque, Recorder, Store
-from somatize.torch import Trainer, _trainer, parameters
+from somatize.torch import Trainer, _reading, parameters
 
 MSE = torch.nn.functional.mse_loss
 
@@ -147,7 +147,7 @@ def main():
     second = t.step({"x": data[1][0], "y": data[1][1]})
     check("a dict batch is moved and trained on", t.updates == 2 and second.device.type == device.type)
 
-    _trainer.READ_AT_MOST_NS = 10**15  # the read by time (every 0.25 s) out of the way: reads by count only
+    _reading.READ_AT_MOST_NS = 10**15  # the read by time (every 0.25 s) out of the way: reads by count only
     with tempfile.TemporaryDirectory() as tmp:
         g = graph(device)
         opt = torch.optim.Adam(parameters(g), lr=1e-3)

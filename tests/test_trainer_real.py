@@ -11,7 +11,7 @@ from torch.overrides import TorchFunctionMode
 
 from somatize import Recorder, Store
 from somatize.record import curve, progress
-from somatize.torch import NonFiniteLoss, Trainer, _trainer, parameters
+from somatize.torch import NonFiniteLoss, Trainer, _reading, parameters
 
 from pictures import svg_markup
 from torch_models import batches, built
@@ -238,7 +238,7 @@ class HostSyncs(TorchFunctionMode):
 
 @pytest.mark.parametrize("instruments", [False, True])
 def test_a_watched_step_reads_nothing_off_the_device_the_losses_are_read_in_bulk(tmp_path, monkeypatch, instruments):
-    monkeypatch.setattr(_trainer, "READ_AT_MOST_NS", 10**15)  # the read by time, out of the way
+    monkeypatch.setattr(_reading, "READ_AT_MOST_NS", 10**15)  # the read by time, out of the way
     g = built()
     opt = torch.optim.Adam(parameters(g), lr=1e-2)
     store = Store(tmp_path / "s")
@@ -287,7 +287,7 @@ def test_read_every_1_reads_each_loss_as_its_step_ends():
 
 
 def test_a_recorder_and_a_live_panel_are_handed_what_is_held_whenever_they_look(tmp_path, monkeypatch):
-    monkeypatch.setattr(_trainer, "READ_AT_MOST_NS", 10**15)
+    monkeypatch.setattr(_reading, "READ_AT_MOST_NS", 10**15)
     from somatize.record import Live, facts
 
     store = Store(tmp_path / "s")

@@ -40,17 +40,9 @@ included). A step's wall time is its forwards plus ``trainer_us``;
 ``close_group()``'s update belongs to no step and is not in it. Steps count
 from 0, like forwards.
 
-No step waits for the device. A step keeps its loss as a 0-d tensor (what
-it returns) and holds its facts, and the engine's, back in a list
-(``_graph.watchers.held``); every ``read_every`` steps (32), at most
-``READ_AT_MOST_NS`` (0.25 s) after the last read, at ``close_group()``,
-``deliver()``, a checkpoint, and whenever a Recorder watching is flushed,
-closed or queried from the training's thread (``Recorder.held_by``), the
-losses are read off the device in one ``torch.stack(...).tolist()`` (one
-host sync), written into their facts, and every fact held is handed to the
-watchers in order (``Watchers.replay``; a Recorder takes them in one
-``list.extend``). The record is the same as if each fact had been handed
-over as it happened; watchers see it up to ``read_every`` steps late.
+No step waits for the device: a step keeps its loss as a 0-d tensor and
+holds its facts back; they are read off the device in bulk and handed to
+the watchers in order later (``_reading.py`` says when and how).
 
 A step that raises (a node failed, the objective was refused, Ctrl-C) drops
 the open group: with ``micro=N`` some of its pieces may already have run
@@ -80,7 +72,7 @@ from .._graph import engine as _engine
 from .._graph.watchers import Watchers, held
 from .._store.store import as_store
 from . import _checkpoint as _kept
-from . import _evaluate
+from . import _evaluate, _reading
 from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._modes import Modes
@@ -96,9 +88,6 @@ from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_tor
 # Trainer's whole bar. The indexes make the record of a run the same
 # whatever the machine's speed; the clock only adds steps.
 CLOCKS_FIRST, CLOCKS_EVERY, CLOCKS_AT_MOST_NS = 10, 20, 1_000_000_000
-# How often the losses are read off the device (read_every=): every
-# READ_EVERY steps, and at most READ_AT_MOST_NS after the last read.
-READ_EVERY, READ_AT_MOST_NS = 32, 250_000_000
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -223,11 +212,12 @@ class Trainer:
         self._watched = bool(self._watchers.all)
         if read_every is None:  # hold back only from watchers that ask for what is held before they look
             holdable = all(callable(getattr(w, "held_by", None)) for w in self._watchers.all)
-            read_every = READ_EVERY if holdable else 1
+            read_every = _reading.READ_EVERY if holdable else 1
         self.read_every = _positive_int("read_every", read_every)
-        self._held = []  # facts held back until the next read (watched, read_every > 1)
+        self._reading = reading = _reading.Reading()  # what is held until the next read (_reading.py)
+        self._losses, self._loss_facts = reading.losses, reading.loss_facts  # on the step's path
         defer = self._watched and self.read_every > 1
-        self._emitting = held(self._held) if defer else self._watchers  # what the graph and the facts go to
+        self._emitting = held(reading.held) if defer else self._watchers  # what the graph and the facts go to
         if defer:
             for w in self._watchers.all:
                 if callable(getattr(w, "held_by", None)):
@@ -235,8 +225,7 @@ class Trainer:
         self._unraised = None  # a non-finite loss read where it could not be refused (_hand_over)
         self._resumable = [w for w in self._watchers.all
                            if callable(getattr(w, "checkpoint", None)) and callable(getattr(w, "rewind", None))]
-        self._owed = []  # (tensor, facts) whose values the next read fills in (the instruments')
-        self._instruments = (Instruments(g, optimizer, self._emitting.emit, self._owe if defer else None)
+        self._instruments = (Instruments(g, optimizer, self._emitting.emit, reading.owe if defer else None)
                              if instruments and self._watched else None)
         self._graph_forward = g.forward
         self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
@@ -247,10 +236,7 @@ class Trainer:
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
-        self.loss = None  # the last loss read off the device (a float)
-        self._losses = []  # the losses of the steps not yet read: 0-d tensors
-        self._loss_facts = []  # their loss facts (watched), whose value the read fills in
-        self._read_due = perf_counter_ns() + READ_AT_MOST_NS  # by when the losses are read whatever their count
+        self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS  # by when the losses are read in any case
         self._open = 0  # steps in the open group
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
@@ -438,7 +424,12 @@ class Trainer:
         self.optimizer.zero_grad()
         self._open = self._group_n = 0
 
-    # -- the losses, read off the device in bulk
+    # -- the losses, read off the device in bulk (_reading.py)
+    @property
+    def loss(self):
+        """The last loss read off the device (a float), or None."""
+        return self._reading.last
+
     def deliver(self):
         """Read the losses of the steps not read yet off the device, in one
         go, and hand every fact held back since to the watchers, in order.
@@ -451,52 +442,12 @@ class Trainer:
         """A Recorder is flushed, closed or read: what is held back goes first."""
         self._read(check=False)
 
-    def _owe(self, values, facts):
-        """The instruments' numbers, read with the losses (``_read``)."""
-        self._owed.append((values, facts))
-
     def _read(self, check=True, last=None):
-        """``last``: the step of the last loss held (by default the last step)."""
-        losses = self._losses
-        bad, self._unraised = self._unraised, None
-        owed = self._owed
-        if owed:
-            parts = [t.reshape(-1).double() for t, _ in owed]
-            if losses:
-                parts.append(torch.stack(losses).double())
-            flat = torch.cat(parts).tolist()  # the one host sync
-            at = 0
-            for _, facts in owed:
-                for fact in facts:
-                    fact["value"] = flat[at]
-                    at += 1
-            owed.clear()
-            values = flat[at:]
-        elif losses:
-            try:
-                values = torch.stack(losses).tolist()  # the one host sync
-            except RuntimeError:  # losses on several devices
-                values = [t.item() for t in losses]
-        if losses:
-            facts = self._loss_facts
-            if facts:
-                for fact, v in zip(facts, values):
-                    fact["value"] = v
-                facts.clear()
-            if bad is None:
-                for i, v in enumerate(values):
-                    if v - v != 0.0:  # nan for inf and nan: not finite
-                        bad = ((self.steps - 1 if last is None else last) - len(values) + 1 + i, v)
-                        break
-            self.loss = values[-1]
-            losses.clear()
-        self._read_due = perf_counter_ns() + READ_AT_MOST_NS
-        items = self._held
-        if items:
-            try:
-                self._watchers.replay(items)
-            finally:
-                items.clear()
+        """Read what is held (``_reading``); ``last``: the step of the last
+        loss held (by default the last step)."""
+        found = self._reading.read(self._watchers, self.steps - 1 if last is None else last)
+        self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS
+        bad, self._unraised = self._unraised or found, None
         if bad is not None and not check:
             self._unraised = bad  # refused at the next read that can
         elif bad is not None:
@@ -752,7 +703,7 @@ class Trainer:
                 )
         if self.read_every > 1:
             return loss.detach()
-        value = self.loss = loss.item()
+        value = self._reading.last = loss.item()
         if value - value != 0.0:  # nan for inf and nan: not finite (math.isfinite cost a step ~0.8 µs)
             e = NonFiniteLoss(
                 f"step {index}: the loss is {value}; nothing was updated (the weights, the "
@@ -773,7 +724,7 @@ class Trainer:
             emit(fact)
         else:
             # read_every=1: the step's loss was read as it ended (a micro step's pieces: their sum is read here)
-            whole = value if value.__class__ is float else self.loss if self.micro == 1 else value.item()
+            whole = value if value.__class__ is float else self._reading.last if self.micro == 1 else value.item()
             emit({"fact": "loss", "value": whole})
         if clocks:
             emit({"fact": "wall_s", "value": self._began_s})
