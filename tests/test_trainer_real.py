@@ -143,6 +143,32 @@ def test_an_update_fp16_skips_is_not_counted_and_does_not_step_the_schedule():
     weights_equal(t, net, atol=1e-6)
 
 
+def test_fp16_groups_keep_one_scale_and_match_a_hand_written_accumulation_loop():
+    # every=2, micro=2: four pieces a group, each loss weighted by its share,
+    # scaled by the one scale of the group, unscaled once before clip.
+    data = batches(8, n=32)
+    g = built()
+    net = net_of(g)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu")
+    for k in range(0, 8, 2):
+        for x, y in data[k:k + 2]:
+            for xi, yi in zip(x.tensor_split(2), y.tensor_split(2)):
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = MSE(net(xi), yi)
+                scaler.scale(loss * (16 / 64)).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(list(net.parameters()), 0.5)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    t = Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), every=2, micro=2, clip=0.5, precision="fp16")
+    for b in data:
+        t.step(b)
+    assert t.updates == 4 and t.scaler.get_scale() == scaler.get_scale()
+    weights_equal(t, net, atol=1e-6)
+
+
 def test_precision_must_be_bf16_or_fp16():
     g = built()
     with pytest.raises(ValueError, match="'bf16', 'fp16'"):
