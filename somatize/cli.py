@@ -73,8 +73,8 @@ def _setting(value) -> str:
 
 
 def runs_table(path) -> str:
-    """The text ``somatize runs`` prints: one line per run, a damaged run
-    marked "damaged" with why below the table. Columns: the run, its state,
+    """The text ``somatize runs`` prints: one line per run; below the table,
+    why each interrupted run was (its ``cause``) and why each damaged run is. Columns: the run, its state,
     counts, its config (``config.<key>``, as ``somatize.record.runs`` names
     them), the last value of each summarised fact, when it was updated.
     Linear in the runs and their summarised facts."""
@@ -124,6 +124,8 @@ def runs_table(path) -> str:
     if more:
         out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
     for row in rows:
+        if "cause" in row:
+            out.append(f"interrupted: {row['run']}: {row['cause']}")
         if "problem" in row:
             out.append(f"damaged: {row['run']}: {row['problem']} (`somatize check {path}` says more)")
     return "\n".join(out)
@@ -135,11 +137,11 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
-    from ._base.errors import DamagedError, SomatizeError
+    from ._base.errors import SomatizeError
     from ._store.check import count_objects
+    from ._store.names import run_names
     from ._store.store import Store
     from .record._check import check_runs
-    from .record._runs import run_names
 
     path = Path(path)
     try:
@@ -148,10 +150,7 @@ def check_report(path) -> tuple[str, bool]:
         return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
     run_problems, notes = check_runs(path)
-    try:
-        runs = len(run_names(path))
-    except DamagedError:
-        runs = 0
+    runs = len(run_names(path))
     problems += run_problems
     checked = (
         f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "

@@ -43,6 +43,17 @@ def test_runs_lists_each_run_with_its_state_and_summary(tmp_path):
     assert rows(somatize("runs", store.path).stdout)["live"]["state"] == "finished"
 
 
+def test_runs_says_why_a_run_was_interrupted(tmp_path):
+    store, live = make(tmp_path)
+    live.close()
+    crash = ("import sys\nfrom somatize import Recorder\n"
+             "r = Recorder(sys.argv[1], run='crashed')\nr({'fact': 'updated'})\n1 / 0")
+    assert subprocess.run([sys.executable, "-c", crash, str(store.path)], capture_output=True).returncode == 1
+    out = somatize("runs", store.path).stdout
+    assert rows(out)["crashed"]["state"] == "interrupted"
+    assert "interrupted: crashed: ZeroDivisionError: division by zero" in out.splitlines()
+
+
 def test_check_is_clean_on_a_sound_store(tmp_path):
     store, live = make(tmp_path)
     live.close()
@@ -218,7 +229,7 @@ def test_runs_that_is_a_file_is_reported_not_a_traceback(tmp_path):
     for command in ("runs", "check"):
         done = somatize(command, store.path)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "runs is not a folder" in done.stdout + done.stderr
+        assert "runs is a file, not a folder" in done.stdout + done.stderr
 
 
 def test_runs_with_thousands_of_summarised_facts_shows_a_few_and_says_so(tmp_path):

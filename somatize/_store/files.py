@@ -17,11 +17,13 @@ import errno
 import mmap
 import os
 import secrets
+import shutil
 import stat
 import threading
 from pathlib import Path
 
 MAP_AT = 1 << 20  # bytes; files this large are mapped, not read
+DELETED = "deleted-"  # tmp/deleted-…: a folder renamed there to be removed (a deleted run)
 
 
 def write_all(fd, parts):
@@ -198,8 +200,9 @@ class Refused(Exception):
     FIFO, a device, a folder where a file belongs, a file too large); the
     message says what it is. The caller names the path and the fix."""
 
-    def __init__(self, kind, belongs=None):
+    def __init__(self, kind, belongs=None, part=None):
         self.kind = kind  # "a link", "a FIFO", "a file", "a folder", …
+        self.part = part  # the folder on the way that is not one (open_dir), or None
         super().__init__(kind if belongs is None else f"{kind}, where a {belongs} belongs")
 
 
@@ -225,19 +228,27 @@ def open_dir(root, parts):
     part is a link or not a folder, FileNotFoundError where one is missing."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts:
-            try:
-                below = os.open(part, _DIR, dir_fd=fd)
-            except (NotADirectoryError, OSError) as e:
-                if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                raise Refused(_kind(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode), "folder") from None
+        for at, part in enumerate(parts):
+            below = open_below(fd, part, os.path.join(*parts[: at + 1]))
             os.close(fd)
             fd = below
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_below(fd, part, where=None):
+    """A descriptor of the folder ``part`` in the folder open as ``fd``, not
+    followed; ``Refused`` (its ``part`` being ``where``, or ``part``) when it
+    is a link or no folder, FileNotFoundError when it is missing."""
+    try:
+        return os.open(part, _DIR, dir_fd=fd)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+        raise Refused(_kind(mode), "folder", where or part) from None
 
 
 def lstat_in(root, parts):
@@ -249,11 +260,12 @@ def lstat_in(root, parts):
         os.close(fd)
 
 
-def regular_size(path):
-    """Size of the regular file at ``path`` (its last part not followed);
-    None when there is none. Raises ``Refused`` for a link or anything else."""
+def regular_size(path, dir_fd=None):
+    """Size of the regular file at ``path`` (in the folder ``dir_fd`` when
+    given; its last part not followed); None when there is none. Raises
+    ``Refused`` for a link or anything else."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
@@ -296,11 +308,17 @@ def open_regular(root, parts):
     either; a device is never even opened (lstat first)."""
     folder = open_dir(root, parts[:-1])
     try:
-        if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
-            raise Refused(_kind(mode), "file")
-        return open_file(parts[-1], folder)
+        return open_in(folder, parts[-1])
     finally:
         os.close(folder)
+
+
+def open_in(folder_fd, name):
+    """``open_file`` of ``name`` in the folder ``folder_fd`` (opened by
+    ``open_dir``); a device is never even opened (lstat first)."""
+    if not stat.S_ISREG(mode := os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+        raise Refused(_kind(mode), "file")
+    return open_file(name, folder_fd)
 
 
 def pread_all(fd, limit, start=0, size=None):
@@ -425,9 +443,38 @@ def ensure_dirs(root, parts):
     return made
 
 
+def trash_name(name):
+    """The name under ``tmp/`` a folder takes on its way out: renamed there
+    first (gone from where it was at once), then removed (``remove_trash``).
+    One a failed delete leaves is removed by the next ``sweep``."""
+    return f"{DELETED}{name[:40]}-{secrets.token_hex(6)}"
+
+
+def remove_trash(name, tmp_fd):
+    """Remove the folder ``name`` of the ``tmp/`` open as ``tmp_fd``; nothing
+    inside is followed (``rmtree`` on a folder descriptor), and a part another
+    process removed first (a sweep) is no error."""
+
+    def gone_already(_function, _path, info):
+        if not issubclass(info[0], FileNotFoundError):
+            raise info[1]
+
+    shutil.rmtree(name, dir_fd=tmp_fd, onerror=gone_already)
+
+
+def trash(root):
+    """The names of the folders in ``root/tmp`` that a delete left (named by
+    ``trash_name``); none when there is no ``tmp/``."""
+    try:
+        return sorted(n for n, kind in entries(root, ("tmp",)) if kind == "dir" and n.startswith(DELETED))
+    except (OSError, Refused):
+        return []
+
+
 def sweep(root, parts, cutoff):
     """Remove the entries of ``root/parts…`` (not folders) last changed before
-    ``cutoff``; a link is removed itself, never what it points at."""
+    ``cutoff``, and every folder a delete left there (``trash_name``: nothing
+    reads one); a link is removed itself, never what it points at."""
     try:
         fd = open_dir(root, parts)
     except (FileNotFoundError, Refused):
@@ -436,9 +483,12 @@ def sweep(root, parts, cutoff):
         with os.scandir(fd) as it:
             for e in it:
                 try:
-                    if not e.is_dir(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name.startswith(DELETED):
+                            remove_trash(e.name, fd)
+                    elif e.stat(follow_symlinks=False).st_mtime < cutoff:
                         os.unlink(e.name, dir_fd=fd)
                 except OSError:
-                    pass  # another process swept it first
+                    pass  # another process swept it first, or it cannot be removed: check notes it
     finally:
         os.close(fd)

@@ -28,7 +28,6 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError
-from .._store import files as _store_files
 from . import _files
 
 MAGIC = b"SMZB"
@@ -277,15 +276,26 @@ def points_of(data: bytes) -> np.ndarray:
 
 
 def points_bytes(forwards: list, values: list) -> bytes:
+    """Series records; a value too large for a float64 becomes ±inf."""
     table = np.empty(len(forwards), POINT)
     table["forward"] = forwards
-    table["value"] = values
+    try:
+        table["value"] = values
+    except (OverflowError, TypeError, ValueError):
+        table["value"] = [_as_float(v) for v in values]
     return table.tobytes()
+
+
+def _as_float(v) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return float("inf") if v > 0 else float("-inf")
 
 
 def series_names(folder: Path) -> list[str]:
     try:  # series/ itself is not followed either
-        listed = _store_files.entries(folder.parent, (folder.name,))
-    except (OSError, _store_files.Refused):
+        listed = _files.entries(folder)
+    except (OSError, _files.NotAFile):
         return []
     return sorted(unquote(f[:-4]) for f, _ in listed if f.endswith(".bin"))

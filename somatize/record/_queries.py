@@ -29,6 +29,7 @@ from .._base.errors import (
     SomatizeValueError,
 )
 from .._store import files as _store_files
+from .._store.names import store_root
 from . import _files, _log, _summary
 from ._runs import (
     INDEX,
@@ -37,7 +38,6 @@ from ._runs import (
     existing_folder,
     live_recorder,
     log_short,
-    store_root,
     summaries,
     summary_or_damage,
 )
@@ -203,9 +203,7 @@ class _Run:
             points = _log.points_of(raw)
         pending = self.points.get(name)
         if pending:
-            from ._summary import points_bytes
-
-            points = np.concatenate([points, _log.points_of(points_bytes(*pending))])
+            points = np.concatenate([points, _log.points_of(_log.points_bytes(*pending))])
         return points
 
     def series_names(self):
@@ -271,6 +269,14 @@ def curve(store, run, name="loss"):
     points = _points(r, name)
     index = pd.Index(np.ascontiguousarray(points["forward"]), name="forward", copy=False)
     return pd.Series(np.ascontiguousarray(points["value"]), index=index, name=name, copy=False)
+
+
+def curve_names(store, run):
+    """The names of ``run``'s curves (its numeric facts' series), sorted;
+    nothing but the summary is read."""
+    r = _Run(store, run)
+    r.needs_summary()
+    return [n for n in r.series_names() if n != TOOK]
 
 
 def _last_per_forward(points, rows):
@@ -341,8 +347,10 @@ def runs(store):
     ``started``, ``updated``, ``host``, ``pid``, one ``config.<key>`` column
     per key of the runs' configs (``Recorder(..., config=...)``; a nested dict
     flattened as ``config.optim.lr``; empty where a run has no such key), and
-    for each summarised fact its last value and ``<name>_min``; a ``problem``
-    column says why a damaged run is damaged. Reads the summaries, no facts.
+    for each summarised fact its last value and ``<name>_min``; a ``cause``
+    column says why an interrupted run was (the exception that ended its
+    script, an exit without ``close()``, a process killed), a ``problem``
+    column why a damaged run is damaged. Reads the summaries, no facts.
     (``Store.runs()`` returns only the names, sorted.)"""
     import pandas as pd
 
@@ -359,12 +367,12 @@ def runs(store):
             row[name] = stats.get("last")
             row[f"{name}_min"] = stats.get("min")
             stats_columns.update(dict.fromkeys((name, f"{name}_min")))
-        if "problem" in s:
-            row["problem"] = s["problem"]
+        for said in ("cause", "problem"):
+            if said in s:
+                row[said] = s[said]
         rows.append(row)
     columns = [*fixed, *configs, *(c for c in stats_columns if c not in configs)]
-    if any("problem" in row for row in rows):
-        columns.append("problem")
+    columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
     frame = pd.DataFrame(rows, columns=columns if rows else ["run", "state", "forwards", "facts"])
     for when in ("started", "updated"):
         if when in frame:

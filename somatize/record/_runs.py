@@ -3,10 +3,11 @@
 The rule kept here: listing runs reads one small ``summary.json`` per run and
 never a fact; a run whose summary does not read lists as "damaged" and the
 others list as ever. Only regular files in real folders of the store are read:
-``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
-each file without following one). A run's state is what its summary says,
+``runs/`` and a run's folder must not be symlinks (the listing opens ``runs/``
+and each run's folder in it without following one, and reads the run's files
+in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
-process died ("interrupted"). POSIX locks belong to a process and closing any
+process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
 descriptor of the file drops them, so a run recorded by this very process is
 never probed through its lock file: the in-process registry ``LIVE`` answers
 for it, from memory (a query never makes a live Recorder write).
@@ -24,52 +25,34 @@ from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._store import files as _store_files
-from .._store.names import RUN_NAME
+from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
-from ._summary import MAX_BYTES, Broken, parse
+from ._summary import LOST, MAX_BYTES, Broken, parse
 
 SUMMARY = "summary.json"
 LOCK = "lock"
 LOG = "facts.log"
 INDEX = "index.bin"
 SERIES = "series"
-NAME_LIMIT = 200  # characters of a run name: a folder name is at most 255 bytes
 
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
 LIVE_LOCK = threading.RLock()
 
 
-def store_root(store, create: bool = False) -> Path:
-    """The root folder of a Store, or of a path naming one. Reading a path
-    opens nothing and writes nothing (``Store(path)`` would make one)."""
-    from .._store.names import store_root as root_of
-
-    if not create:
-        return root_of(store)
-    from .._store.store import StoreNotWritable, as_store
-
-    store = as_store(store)
-    if store.readonly:
-        raise StoreNotWritable(
-            f"a Recorder writes into its store, and {store!r} was opened read-only: "
-            f"write Recorder(Store({str(store.path)!r}), ...)"
-        )
-    return Path(store.path)
-
-
 def checked_name(run) -> str:
-    if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or run in (".", ".."):
-        raise SomatizeValueError(
-            f"run name {run!r:.80} is not allowed: use letters, digits, '.', '_' and '-' "
-            f"(no '/' or spaces), e.g. run=\"a-run\""
-        )
-    if len(run) > NAME_LIMIT:
+    """``run``, when it may name a run (``is_run_name``); else the error saying what to write."""
+    if is_run_name(run):
+        return run
+    if isinstance(run, str) and len(run) > RUN_NAME_LIMIT:
         raise SomatizeValueError(
             f"run name {run[:40]!r}… is {len(run)} characters long; a run name is at most "
-            f"{NAME_LIMIT} (it names a folder): shorten it"
+            f"{RUN_NAME_LIMIT} (it names a folder): shorten it"
         )
-    return run
+    raise SomatizeValueError(
+        f"run name {run!r:.80} is not allowed: use letters, digits, '.', '_' and '-' "
+        f"(no '/' or spaces), e.g. run=\"a-run\""
+    )
 
 
 def runs_dir(root: Path) -> Path | None:
@@ -81,24 +64,14 @@ def runs_dir(root: Path) -> Path | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(st.st_mode):
-        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        kind = ("a link" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode)
+                else "something else (a FIFO, a device…)")
         raise DamagedError(
-            f"{path} is {kind}: the runs of a store live in a real folder there. Move it "
-            f"away (nothing was read through it) and run `somatize check {root}`"
+            f"{path}: runs is {kind}, not a folder; the runs of a store live in a real folder "
+            f"there, and nothing was read through it. Move it away (a Recorder makes the folder "
+            f"again) and run `somatize check {root}`"
         )
     return path
-
-
-def run_names(root: Path) -> list[str]:
-    """The names of the run folders of the store at ``root``, sorted."""
-    where = runs_dir(root)
-    if where is None:
-        return []
-    try:
-        found = _store_files.entries(root, ("runs",))
-    except (OSError, _store_files.Refused):
-        return []
-    return sorted(n for n, _ in found if RUN_NAME.fullmatch(n) and n not in (".", ".."))
 
 
 def run_folder(root: Path, run: str) -> Path:
@@ -137,11 +110,12 @@ def existing_folder(root: Path, run) -> Path:
     )
 
 
-def load_summary(folder: Path) -> dict | None:
+def load_summary(folder: Path, at: int | None = None) -> dict | None:
     """The summary of the run in ``folder``, checked (``_summary.parse``);
     None when there is none. Raises ``Broken`` for one that does not read,
-    ``_files.NotAFile`` for a summary or log that is not a regular file."""
-    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
+    ``_files.NotAFile`` for a summary or log that is not a regular file.
+    ``at``: a descriptor of ``folder`` (``_files.read_bytes``)."""
+    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1, at=at)
     if raw is None:
         return None
     if len(raw) > MAX_BYTES:
@@ -188,7 +162,7 @@ def try_lock(folder: Path) -> int | None:
     return fd
 
 
-def holder_alive(folder: Path) -> bool:
+def holder_alive(folder: Path, at: int | None = None) -> bool:
     """Whether another process holds the run's lock (never called for a run
     this process records: closing our probe would drop our own lock).
 
@@ -196,13 +170,13 @@ def holder_alive(folder: Path) -> bool:
     with the recorder's exclusive one, and needs no right to write, so a
     store one may only read still tells running from interrupted. A lock
     that is not a regular file is nobody's: the run reads interrupted."""
-    try:
-        fd = os.open(os.path.join(folder, LOCK), os.O_RDONLY | _LOCK_FLAGS)
-    except OSError:
+    try:  # read-only, no part below the store followed, a regular file or nothing
+        fd = _files.open_regular(os.path.join(folder, LOCK), at=at)
+    except (OSError, _files.NotAFile):
+        return False
+    if fd is None:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         return e.errno in (errno.EACCES, errno.EAGAIN)
@@ -211,7 +185,7 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def log_short(folder, log_bytes) -> str | None:
+def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     """What is wrong with the run's log, said of facts.log, when it cannot hold
     the ``log_bytes`` its summary counts (cut or replaced after that summary
     was written, or not a regular file), else None. The one check of it: the
@@ -220,7 +194,7 @@ def log_short(folder, log_bytes) -> str | None:
     the summaries it reads. The log is written and fsynced before the summary
     that counts it, so a sound run never reads short, even while it runs."""
     try:
-        size = _store_files.regular_size(os.path.join(folder, LOG)) or 0
+        size = _store_files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
     except _store_files.Refused as e:
         return f"is not a regular file ({e})"
     except OSError as e:
@@ -236,45 +210,63 @@ def summaries(store, names=None) -> list[dict]:
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
     "damaged" and a "problem" saying why. ``names``: only those runs (names
-    a caller found in ``run_names``), so a page of a long listing reads only
+    a caller found in ``_store.names.run_names``), so a page of a long listing reads only
     its own summaries."""
     root = store_root(store)
-    names = run_names(root) if names is None else names
+    if names is None:
+        runs_dir(root)  # a runs/ that is a link or a file is damage, said so
+        names = run_names(root, links_too=True)  # a run that is a link lists, as damaged
     where = os.path.join(root, "runs")
     with LIVE_LOCK:
         live = dict(LIVE)
     if live:  # keyed by real path; the run folders are real folders (checked below)
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
-    out = []
-    for name in names:
-        folder = os.path.join(where, name)
-        problem = folder_problem(folder)
-        if problem is not None:
-            out.append({"run": name, "state": "damaged", "problem": problem})
-            continue
+    try:  # each run's folder is opened in runs/, following no link: what is checked is what is read
+        runs_fd = _store_files.open_dir(root, ("runs",))
+    except FileNotFoundError:
+        return []  # no runs (any more)
+    except (_store_files.Refused, NotADirectoryError):
+        runs_dir(root)  # raises, saying what runs/ is
+        return []
+    try:
+        return [row for name in names if (row := _row(name, os.path.join(where, name), runs_fd, live))]
+    finally:
+        os.close(runs_fd)
+
+
+def _row(name, folder, runs_fd, live) -> dict | None:
+    """The listing's row of one run; None for a folder that is no run (yet)."""
+    try:
+        run_fd = _store_files.open_below(runs_fd, name)
+    except FileNotFoundError:
+        return None
+    except _store_files.Refused as e:  # a link, a file, a FIFO…
+        return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}
+    except OSError as e:  # one not ours to open
+        return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}
+    try:
         recorder = live.get(name)
         if recorder is not None:
             row = recorder._view().summary
             row["state"] = "running"
-            out.append(row)
-            continue
+            return row
         try:
-            summary = load_summary(folder)
+            summary = load_summary(folder, at=run_fd)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
-            out.append({"run": name, "state": "damaged", "problem": why})
-            continue
+            return {"run": name, "state": "damaged", "problem": why}
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
-                out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
-            continue  # a folder being created, or not a run
+                return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}
+            return None  # a folder being created, or not a run
         summary["run"] = name
-        short = log_short(folder, summary.get("log_bytes") or 0)
+        short = log_short(folder, summary.get("log_bytes") or 0, at=run_fd)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
-        elif summary["state"] == "running" and not holder_alive(folder):
-            summary["state"] = "interrupted"
-        out.append(summary)
-    return out
+        elif summary["state"] == "running" and not holder_alive(folder, at=run_fd):
+            summary["state"], summary["cause"] = "interrupted", LOST
+        return summary
+    finally:
+        os.close(run_fd)
