@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.codecs import register_codec as register_codec
     from ._base.errors import DamagedError as DamagedError
     from ._base.errors import NodeError as NodeError
+    from ._base.errors import QueryError as QueryError
     from ._base.errors import SomatizeError as SomatizeError
     from ._base.errors import StoreNotWritable as StoreNotWritable
     from ._base.errors import WatcherError as WatcherError
@@ -30,6 +31,7 @@ _WHERE = {
     "Node": "._graph.engine",
     "NodeError": "._base.errors",
     "Opaque": "._base.values",
+    "QueryError": "._base.errors",
     "Recorder": ".record._recorder",
     "SomatizeError": "._base.errors",
     "Store": "._store.store",

@@ -11,7 +11,7 @@ import pytest
 
 import somatize
 
-PUBLIC_ERRORS = ["SomatizeError", "NodeError", "WatcherError", "DamagedError", "StoreNotWritable"]
+PUBLIC_ERRORS = ["SomatizeError", "NodeError", "WatcherError", "DamagedError", "StoreNotWritable", "QueryError"]
 ROOT = pathlib.Path(somatize.__file__).parent
 
 

@@ -1,6 +1,6 @@
 /**
  * What the server answers (somatize/_server/_browse.py), and the few pure
- * helpers the table and the panel share: formatting, which value is best.
+ * helpers the table and the panel share: formatting, a fact's best value.
  */
 
 export interface IStore {
@@ -15,6 +15,7 @@ export interface IStat {
   last: number | null;
   min: number | null;
   max: number | null;
+  best: number | null; // the server's rule (record/_columns.best): max for a score, min for the rest
 }
 
 export interface IRun {
@@ -86,11 +87,9 @@ export interface IChosen {
   row: IRun;
 }
 
-// Higher is better for these; lower for everything else (loss, error, time).
-const HIGHER = /acc|score|f1|auc|reward|precision|recall|iou|bleu/i;
-
-export function best(name: string, stat: IStat): number | null {
-  return HIGHER.test(name) ? stat.max : stat.min;
+/** A summarised fact's best value, as the server says it (one rule, in record/_columns.py). */
+export function best(stat: IStat): number | null {
+  return stat.best ?? null;
 }
 
 export function number(v: number | null | undefined, digits = 4): string {

@@ -73,7 +73,7 @@ function details(row: IRun, facts: string[], now: number): string[] {
   for (const f of facts) {
     const stat = row.summarising?.[f];
     if (stat) {
-      out.push(`${f} ${number(stat.last, 3)} / ${number(best(f, stat), 3)}`);
+      out.push(`${f} ${number(stat.last, 3)} / ${number(best(stat), 3)}`);
     }
   }
   const config = configText(row.config);
@@ -399,7 +399,7 @@ export class RunBrowser extends Widget {
     }
     for (const f of facts) {
       const stat = row.summarising?.[f];
-      const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';
+      const text = stat ? `${number(stat.last, 3)} / ${number(best(stat), 3)}` : '–';
       cell('fact', text).dataset.fact = f;
     }
     if (withConfig) {

@@ -2,8 +2,8 @@
 the offending thing, and says what to write instead.
 
 Each error a user may want to catch is public: ``somatize`` re-exports
-``SomatizeError``, ``NodeError``, ``WatcherError``, ``DamagedError`` and
-``StoreNotWritable``. The others subclass the matching builtin (``TypeError``,
+``SomatizeError``, ``NodeError``, ``WatcherError``, ``DamagedError``,
+``StoreNotWritable`` and ``QueryError``. The others subclass the matching builtin (``TypeError``,
 ``ValueError``, ``KeyError``, ``ImportError``) and are caught as those."""
 
 
@@ -38,6 +38,16 @@ class NodeError(SomatizeError, RuntimeError):
 
 class StoreNotWritable(SomatizeError, PermissionError):
     """The store's folder cannot be written, or was opened ``readonly=True``."""
+
+
+class QueryError(SomatizeError, ValueError):
+    """A ``where=`` query that does not read: ``position`` is the character
+    (counted from 0) where reading stopped and ``expected`` what could have
+    stood there; the message shows the query with a caret under that place."""
+
+    def __init__(self, message, query="", position=0, expected=""):
+        super().__init__(message)
+        self.query, self.position, self.expected = query, position, expected
 
 
 class CodecError(SomatizeError, RuntimeError):

@@ -52,7 +52,7 @@ from .._store.names import run_names as listed_runs
 from ..record import _runs
 from ..record._chart import chart
 from ..record._check import check_run
-from ..record._summary import config_columns
+from ..record._columns import best, config_columns
 
 MAX_DEPTH = 6  # folders below the root where a store is looked for
 MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
@@ -658,7 +658,9 @@ def _row(root: str, s: dict) -> dict:
         "started": s.get("started"),
         "updated": s.get("updated"),
         "duration": (s["updated"] - s["started"]) if s.get("updated") and s.get("started") else None,
-        "summarising": {k: {f: v.get(f) for f in ("count", "first", "last", "min", "max")} for k, v in facts.items()},
+        # best by the rule runs() names its <fact>.best column by (record/_columns)
+        "summarising": {k: {**{f: v.get(f) for f in ("count", "first", "last", "min", "max")}, "best": best(k, v)}
+                        for k, v in facts.items()},
         "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
         # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in _summary
         "config": config_columns(s.get("config") or {}, prefix=""),

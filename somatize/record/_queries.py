@@ -29,7 +29,7 @@ from .._base.errors import (
     SomatizeValueError,
 )
 from .._store import files as _store_files
-from . import _files, _log, _summary
+from . import _files, _log
 from ._runs import (
     INDEX,
     LOG,
@@ -335,38 +335,47 @@ def nodes(store, run):
     return frame
 
 
-def runs(store):
-    """A pandas DataFrame, one row per run of the store: ``run``, ``state``
-    (running, finished, interrupted, or damaged), ``forwards``, ``facts``,
-    ``started``, ``updated``, ``host``, ``pid``, one ``config.<key>`` column
-    per key of the runs' configs (``Recorder(..., config=...)``; a nested dict
-    flattened as ``config.optim.lr``; empty where a run has no such key), and
-    for each summarised fact its last value and ``<name>_min``; a ``problem``
-    column says why a damaged run is damaged. Reads the summaries, no facts.
+def runs(store, where=None):
+    """A pandas DataFrame, one row per run of the store, with the columns of
+    ``_columns`` (one naming rule, the same in ``somatize runs``, the sidebar
+    and ``where=``): ``run``, ``state`` (running, finished, interrupted, or
+    damaged), ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
+    ``duration`` (seconds), ``host``, ``pid``; one ``config.<key>`` column per
+    key of the runs' configs (``Recorder(..., config=...)``; a nested dict
+    flattened as ``config.optim.lr``; empty where a run has no such key); for
+    each summarised fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and
+    ``<fact>.max`` (best: max for a fact named like a score, ``acc``,
+    ``f1``, …; min for any other); a ``problem`` column says why a damaged
+    run is damaged. Reads the summaries, no facts.
+
+    ``where``: only the runs a query holds for, like
+    ``where='config.lr < 1e-2 and loss.best < 0.1'`` (``and``, ``or``,
+    ``not``, ``in [...]``, ``==``, ``!=``, ``<`` … on values as recorded; a
+    comparison with a value a run lacks is false). A query runs no code; one
+    that does not read raises ``somatize.QueryError`` pointing at where.
     (``Store.runs()`` returns only the names, sorted.)"""
     import pandas as pd
 
-    fixed = ["run", "state", "forwards", "facts", "started", "updated", "host", "pid"]
-    rows = []
+    from . import _columns, _where
+
+    query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
+    fixed = list(_columns.FIXED)
+    rows = [_columns.row(s, _columns.QUERY_STATS if query is not None else _columns.STATS) for s in summaries(store)]
+    if query is not None:
+        rows = _where.matching(rows, query)
     configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance
     stats_columns: dict = {}
-    for s in summaries(store):
-        row = {k: s.get(k) for k in fixed}
-        config = _summary.config_columns(s.get("config") or {})
-        row.update(config)
-        configs.update(dict.fromkeys(config))
-        for name, stats in s.get("summarising", {}).items():
-            row[name] = stats.get("last")
-            row[f"{name}_min"] = stats.get("min")
-            stats_columns.update(dict.fromkeys((name, f"{name}_min")))
-        if "problem" in s:
-            row["problem"] = s["problem"]
-        rows.append(row)
-    columns = [*fixed, *configs, *(c for c in stats_columns if c not in configs)]
+    shown = tuple(f".{s}" for s in _columns.STATS)
+    for row in rows:
+        for column in row:
+            if column.startswith("config."):
+                configs[column] = None
+            elif column.endswith(shown):
+                stats_columns[column] = None
+    columns = [*fixed, *configs, *stats_columns]
     if any("problem" in row for row in rows):
         columns.append("problem")
-    frame = pd.DataFrame(rows, columns=columns if rows else ["run", "state", "forwards", "facts"])
+    frame = pd.DataFrame(rows, columns=columns)
     for when in ("started", "updated"):
-        if when in frame:
-            frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
+        frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
     return frame
