@@ -50,10 +50,9 @@ from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
 from .._store.names import MARKER, RUN_NAME, run_names_in
 from .._store.names import run_names as listed_runs
-from ..record import _runs
+from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
-from ..record import _columns
 from ..record._columns import best, config_columns
 from ..record._where import Query
 
@@ -358,7 +357,8 @@ class Browser:
         page = chosen[offset: offset + limit]
         by_name = dict(zip(names, keys))
         out = _counted(root, [rows[n] for n in page], {n: by_name[n] for n in page})
-        running = [(r["run"], r["state"]) for r in rows.values() if r["state"] == "running" or by_name[r["run"]] is None]
+        running = [(r["run"], r["state"]) for r in rows.values()
+                   if r["state"] == "running" or by_name[r["run"]] is None]
         ticking = int(now) if "age" in query.columns else None  # an answer that depends on the clock
         tag = _tag(sid, offset, len(chosen), page, [query.text, keys, ticking], running, counts)
         if tag in unless:
