@@ -87,3 +87,32 @@ def test_the_sidebar_rows_carry_best_by_the_same_rule(tmp_path):
     row = browser.runs(sid)["runs"][0]
     assert row["summarising"]["loss"]["best"] == 1.0 and row["summarising"]["acc"]["best"] == 0.9
     assert row["state"] == "finished"
+
+
+def test_a_listing_kept_in_memory_still_sees_a_summary_replaced_or_broken_and_a_log_cut(tmp_path):
+    """runs() parses a summary again only when its file changed: a new one
+    renamed in, one broken in place, and a log cut in place (no summary
+    changed) each show at once."""
+    store = Store(tmp_path / "s")
+    record(store, "r", [{"loss": 2.0}, {"loss": 1.0}], ["loss"])
+    path = store.path / "runs" / "r" / "summary.json"
+    assert runs(store).loc[0, "loss.last"] == 1.0 and runs(store).loc[0, "loss.last"] == 1.0
+    import orjson
+
+    s = orjson.loads(path.read_bytes())
+    s["summarising"]["loss"]["last"] = 0.25
+    (path.parent / "new.json").write_bytes(orjson.dumps(s))
+    os.replace(path.parent / "new.json", path)
+    assert runs(store).loc[0, "loss.last"] == 0.25
+    log = store.path / "runs" / "r" / "facts.log"
+    size = log.stat().st_size
+    with open(log, "r+b") as f:
+        f.truncate(size - 5)
+    row = runs(store).iloc[0]
+    assert row["state"] == "damaged" and "facts.log" in row["problem"]
+    with open(log, "r+b") as f:  # mended: the same summary lists as before
+        f.truncate(size)
+    assert runs(store).loc[0, "state"] == "finished"
+    with open(path, "r+b") as f:
+        f.write(b"[")  # the first byte of the JSON object, in place
+    assert runs(store).loc[0, "state"] == "damaged"

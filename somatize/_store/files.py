@@ -249,11 +249,12 @@ def lstat_in(root, parts):
         os.close(fd)
 
 
-def regular_size(path):
-    """Size of the regular file at ``path`` (its last part not followed);
-    None when there is none. Raises ``Refused`` for a link or anything else."""
+def regular_size(path, dir_fd=None):
+    """Size of the regular file at ``path`` (in the folder ``dir_fd`` when
+    given; its last part not followed); None when there is none. Raises
+    ``Refused`` for a link or anything else."""
     try:
-        st = os.lstat(path)
+        st = os.lstat(path, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):

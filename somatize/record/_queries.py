@@ -335,6 +335,37 @@ def nodes(store, run):
     return frame
 
 
+_ROWS: dict = {}  # (store root, run) -> (summary.json's identity, state, problem, stats, the run's columns)
+_ROWS_LIMIT = 200_000
+
+
+def _rows(store, stats) -> list[dict]:
+    """Each run's columns (``_columns.row``), made again only for a run whose
+    summary.json, state or problem is not the one they were made from. The
+    rows are shared between calls: nothing changes one."""
+    from . import _columns
+
+    root = str(store_root(store))
+    identities: list = []
+    listed = summaries(store, identities=identities)
+    if len(_ROWS) + len(listed) > _ROWS_LIMIT:
+        _ROWS.clear()
+    out = []
+    for s, ident in zip(listed, identities):
+        key = (root, s["run"])
+        got = _ROWS.get(key)
+        state, problem = s["state"], s.get("problem")
+        if ident is not None and got is not None and got[0] == ident and got[1] == state and got[2] == problem \
+                and got[3] is stats:
+            out.append(got[4])
+            continue
+        row = _columns.row(s, stats)
+        if ident is not None:
+            _ROWS[key] = (ident, state, problem, stats, row)
+        out.append(row)
+    return out
+
+
 def runs(store, where=None):
     """A pandas DataFrame, one row per run of the store, with the columns of
     ``_columns`` (one naming rule, the same in ``somatize runs``, the sidebar
@@ -360,7 +391,7 @@ def runs(store, where=None):
 
     query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
     fixed = list(_columns.FIXED)
-    rows = [_columns.row(s, _columns.QUERY_STATS if query is not None else _columns.STATS) for s in summaries(store)]
+    rows = _rows(store, _columns.QUERY_STATS if query is not None else _columns.STATS)
     if query is not None:
         rows = _where.matching(rows, query)
     configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance

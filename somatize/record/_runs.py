@@ -38,6 +38,11 @@ NAME_LIMIT = 200  # characters of a run name: a folder name is at most 255 bytes
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
 LIVE_LOCK = threading.RLock()
+# a run folder -> (its summary.json's identity, that summary as parsed): a
+# listing parses a summary again only when a flush has renamed a new one in
+_PARSED: dict = {}
+_PARSED_LIMIT = 200_000
+_PARSED_LOCK = threading.Lock()
 
 
 def store_root(store, create: bool = False) -> Path:
@@ -105,10 +110,11 @@ def run_folder(root: Path, run: str) -> Path:
     return root / "runs" / checked_name(run)
 
 
-def folder_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot be a run's folder (a symlink, a file), or None."""
+def folder_problem(folder: Path, runs_fd=None) -> str | None:
+    """Why ``folder`` cannot be a run's folder (a symlink, a file), or None.
+    ``runs_fd``: a descriptor of the folder holding it (fewer names walked)."""
     try:
-        st = os.lstat(folder)
+        st = os.lstat(os.path.basename(folder), dir_fd=runs_fd) if runs_fd is not None else os.lstat(folder)
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode):
@@ -211,16 +217,20 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def log_short(folder, log_bytes) -> str | None:
+def log_short(folder, log_bytes, runs_fd=None) -> str | None:
     """What is wrong with the run's log, said of facts.log, when it cannot hold
     the ``log_bytes`` its summary counts (cut or replaced after that summary
     was written, or not a regular file), else None. The one check of it: the
     listing marks such a run damaged, a query that needs the whole log raises
     ``DamagedError``. One lstat, so a listing stays one stat a run more than
     the summaries it reads. The log is written and fsynced before the summary
-    that counts it, so a sound run never reads short, even while it runs."""
+    that counts it, so a sound run never reads short, even while it runs.
+    ``runs_fd``: a descriptor of the folder holding the run's."""
     try:
-        size = _store_files.regular_size(os.path.join(folder, LOG)) or 0
+        if runs_fd is not None:
+            size = _store_files.regular_size(f"{os.path.basename(folder)}/{LOG}", dir_fd=runs_fd) or 0
+        else:
+            size = _store_files.regular_size(os.path.join(folder, LOG)) or 0
     except _store_files.Refused as e:
         return f"is not a regular file ({e})"
     except OSError as e:
@@ -231,13 +241,49 @@ def log_short(folder, log_bytes) -> str | None:
     return None
 
 
-def summaries(store, names=None) -> list[dict]:
+def identity(path, dir_fd=None) -> tuple | None:
+    """What changes when a file is replaced or written (device, inode, size,
+    times), None when it is not a regular file; the last part is not followed."""
+    try:
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _parsed(folder: str, runs_fd=None):
+    """``(identity, summary)`` of the run in ``folder``: the summary parsed
+    again only when its file is not the one parsed last (the summary handed
+    out is a copy whose top-level keys the caller may set; nested dicts are
+    shared and never changed). Raises as ``load_summary``."""
+    if runs_fd is not None:
+        ident = identity(f"{os.path.basename(folder)}/{SUMMARY}", runs_fd)
+    else:
+        ident = identity(f"{folder}/{SUMMARY}")
+    got = _PARSED.get(folder)
+    if ident is not None and got is not None and got[0] == ident:
+        return ident, dict(got[1])
+    summary = load_summary(folder)
+    if summary is None or ident is None:
+        return None, summary
+    with _PARSED_LOCK:
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[folder] = (ident, summary)
+    return ident, dict(summary)
+
+
+def summaries(store, names=None, identities=None) -> list[dict]:
     """One dict per run, with its state resolved; reads no facts. A live
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
     "damaged" and a "problem" saying why. ``names``: only those runs (names
     a caller found in ``run_names``), so a page of a long listing reads only
-    its own summaries."""
+    its own summaries. ``identities``: a list to which the identity of each
+    listed run's summary.json is appended (None for a run answered from
+    memory or damaged), for a caller that keeps what it made of a run."""
     root = store_root(store)
     names = run_names(root) if names is None else names
     where = os.path.join(root, "runs")
@@ -246,31 +292,48 @@ def summaries(store, names=None) -> list[dict]:
     if live:  # keyed by real path; the run folders are real folders (checked below)
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
+    try:  # the runs are reached through it: each stat walks two names, not the whole path
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        return _summaries(where, names, live, fd, identities if identities is not None else [])
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _summaries(where, names, live, fd, idents) -> list[dict]:
     out = []
     for name in names:
-        folder = os.path.join(where, name)
-        problem = folder_problem(folder)
+        folder = f"{where}/{name}"
+        problem = folder_problem(folder, fd)
         if problem is not None:
             out.append({"run": name, "state": "damaged", "problem": problem})
+            idents.append(None)
             continue
         recorder = live.get(name)
         if recorder is not None:
             row = recorder._view().summary
             row["state"] = "running"
             out.append(row)
+            idents.append(None)
             continue
         try:
-            summary = load_summary(folder)
+            ident, summary = _parsed(folder, fd)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
             out.append({"run": name, "state": "damaged", "problem": why})
+            idents.append(None)
             continue
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
                 out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
+                idents.append(None)
             continue  # a folder being created, or not a run
+        idents.append(ident)
         summary["run"] = name
-        short = log_short(folder, summary.get("log_bytes") or 0)
+        short = log_short(folder, summary.get("log_bytes") or 0, fd)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
