@@ -367,9 +367,9 @@ def _rows(store, stats) -> list[dict]:
 
 
 def runs(store, where=None):
-    """A pandas DataFrame, one row per run of the store, with the columns of
-    ``_columns`` (one naming rule, the same in ``somatize runs``, the sidebar
-    and ``where=``): ``run``, ``state`` (running, finished, interrupted, or
+    """A pandas DataFrame, one row per run of the store, its columns named
+    by one rule (the same in ``somatize runs``, the sidebar and ``where=``;
+    fixed ones have no dot, so no summary can take their name): ``run``, ``state`` (running, finished, interrupted, or
     damaged), ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
     ``duration`` (seconds), ``host``, ``pid``; one ``config.<key>`` column per
     key of the runs' configs (``Recorder(..., config=...)``; a nested dict
@@ -381,9 +381,12 @@ def runs(store, where=None):
 
     ``where``: only the runs a query holds for, like
     ``where='config.lr < 1e-2 and loss.best < 0.1'`` (``and``, ``or``,
-    ``not``, ``in [...]``, ``==``, ``!=``, ``<`` … on values as recorded; a
-    comparison with a value a run lacks is false). A query runs no code; one
-    that does not read raises ``somatize.QueryError`` pointing at where.
+    ``not``, ``in [...]``, ``==``, ``!=``, ``<`` … on values as recorded,
+    a boolean never equal to a number; also ``age``, seconds since a run's
+    last update, and ``<fact>.first``, ``<fact>.count``). A comparison with a
+    value a run lacks, or with NaN, is false, and ``not`` negates that. A
+    query runs no code; one that does not read raises ``somatize.QueryError``
+    naming the character where reading stopped and what could stand there.
     (``Store.runs()`` returns only the names, sorted.)"""
     import pandas as pd
 
