@@ -136,6 +136,15 @@ export function age(when: number | null | undefined, now: number): string {
   return `${Math.round(s / 86400)} d ago`;
 }
 
+/**
+ * Whether the filter box holds a query for the server (record/_where.py:
+ * `config.lr < 1e-2 and loss.best < 0.1`) rather than a part of a run's
+ * name: a run's name has no operator, quote or bracket, nor spaces.
+ */
+export function isQuery(text: string): boolean {
+  return /[=<>!"'`[\]()]/.test(text) || /\s(and|or|in|not)\s/i.test(` ${text} `);
+}
+
 /** Whether a run was recorded with a config (an empty one says nothing). */
 export function hasConfig(config: Record<string, unknown> | null | undefined): boolean {
   return !!config && typeof config === 'object' && Object.keys(config).length > 0;
