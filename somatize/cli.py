@@ -73,14 +73,14 @@ def _setting(value) -> str:
 
 
 def runs_table(path, where=None) -> str:
-    """The text ``somatize runs`` prints: one line per run, a damaged run
-    marked "damaged" with why below the table. Columns: the run, its state,
-    counts, its config (``config.<key>``) and the last value of each
-    summarised fact (``<fact>.last``), named as ``somatize.record.runs``
-    names them (``record/_columns``), and when it was updated. ``where``:
-    only the runs that query holds for (``record/_where``; a query that does
-    not read raises ``QueryError`` before anything is read). Linear in the
-    runs and their summarised facts."""
+    """The text ``somatize runs`` prints: one line per run; below the table,
+    why each interrupted run was (its ``cause``) and why each damaged run
+    is. Columns: the run, its state, counts, its config (``config.<key>``)
+    and the last value of each summarised fact (``<fact>.last``), named as
+    ``somatize.record.runs`` names them (``record/_columns``), and when it
+    was updated. ``where``: only the runs that query holds for
+    (``record/_where``; a query that does not read raises ``QueryError``
+    before anything is read). Linear in the runs and their summarised facts."""
     from .record._columns import QUERY_STATS, config_columns, row
     from .record._runs import summaries
     from .record._where import Query, matching
@@ -134,6 +134,8 @@ def runs_table(path, where=None) -> str:
     if more:
         out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
     for row_ in rows:
+        if "cause" in row_:
+            out.append(f"interrupted: {row_['run']}: {row_['cause']}")
         if "problem" in row_:
             out.append(f"damaged: {row_['run']}: {row_['problem']} (`somatize check {path}` says more)")
     return "\n".join(out)
@@ -145,11 +147,11 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
-    from ._base.errors import DamagedError, SomatizeError
+    from ._base.errors import SomatizeError
     from ._store.check import count_objects
+    from ._store.names import run_names
     from ._store.store import Store
     from .record._check import check_runs
-    from .record._runs import run_names
 
     path = Path(path)
     try:
@@ -158,10 +160,7 @@ def check_report(path) -> tuple[str, bool]:
         return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
     run_problems, notes = check_runs(path)
-    try:
-        runs = len(run_names(path))
-    except DamagedError:
-        runs = 0
+    runs = len(run_names(path))
     problems += run_problems
     checked = (
         f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "

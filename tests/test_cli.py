@@ -43,6 +43,17 @@ def test_runs_lists_each_run_with_its_state_and_summary(tmp_path):
     assert rows(somatize("runs", store.path).stdout)["live"]["state"] == "finished"
 
 
+def test_runs_says_why_a_run_was_interrupted(tmp_path):
+    store, live = make(tmp_path)
+    live.close()
+    crash = ("import sys\nfrom somatize import Recorder\n"
+             "r = Recorder(sys.argv[1], run='crashed')\nr({'fact': 'updated'})\n1 / 0")
+    assert subprocess.run([sys.executable, "-c", crash, str(store.path)], capture_output=True).returncode == 1
+    out = somatize("runs", store.path).stdout
+    assert rows(out)["crashed"]["state"] == "interrupted"
+    assert "interrupted: crashed: ZeroDivisionError: division by zero" in out.splitlines()
+
+
 def test_check_is_clean_on_a_sound_store(tmp_path):
     store, live = make(tmp_path)
     live.close()

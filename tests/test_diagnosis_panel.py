@@ -8,7 +8,7 @@ from diagnosis_models import deep, train
 
 import somatize
 from somatize import Store
-from somatize._widgets._diagnosis import SHOWN
+from somatize._diagnose._panel import SHOWN
 
 from pictures import SVG, _scale, parse, text_of, ticks
 

@@ -12,6 +12,7 @@ import pytest
 from somatize import Graph, Node, Recorder, Store
 from somatize._base.errors import SomatizeKeyError, SomatizeValueError, WatcherError
 from somatize.record import curve, facts, forwards, nodes, runs
+from somatize.record._summary import EXITED
 
 
 def a_forward(i, rng):
@@ -213,7 +214,7 @@ def test_a_cell_run_again_takes_its_run_over_with_resume(store):
     first.forward_began()
     first({"fact": "loss", "value": 1.0})
     again = Recorder(store, run="r", resume=True)
-    assert repr(first).endswith("state=closed)")
+    assert repr(first).endswith(", closed)")
     again.forward_began()
     again({"fact": "loss", "value": 2.0})
     again.close()
@@ -274,7 +275,8 @@ def test_another_process_sees_facts_without_being_told(tmp_path):
             Recorder(path, run="r")
         writer.stdin.close()
         writer.wait(10)
-    assert runs(path).set_index("run").loc["r", "state"] == "finished"  # atexit closed it
+    row = runs(path).set_index("run").loc["r"]  # nobody closed it: the exit marked it
+    assert (row["state"], row["cause"]) == ("interrupted", EXITED)
 
 
 def test_a_run_whose_process_died_reads_interrupted(tmp_path):
@@ -568,3 +570,18 @@ def test_a_run_whose_first_loss_was_infinite_resumes_and_summarises_on(store):
         recorder({"fact": "loss", "value": 0.5})
     row = runs(store).set_index("run").loc["r"]
     assert (row["state"], row["loss.last"], row["loss.min"]) == ("finished", 0.5, 0.5)
+
+
+def test_facts_before_the_first_forward_belong_to_forward_0_with_it_and_shift_no_forward(tmp_path):
+    """They made a forward of their own: the first forward was numbered 1 (an
+    evaluation before training, or the instruments' first facts, shifted every forward)."""
+    with Recorder(tmp_path, run="r") as rec:
+        rec({"fact": "val_loss", "value": 2.0})
+        for i in range(3):
+            rec.forward_began()
+            rec({"fact": "finished", "took_us": 5})
+            rec({"fact": "loss", "value": float(i)})
+        assert rec.forwards == 3  # read from memory, before any flush
+    assert [f["fact"] for f in facts(tmp_path, run="r", forward=0)] == ["val_loss", "finished", "loss"]
+    assert curve(tmp_path, run="r").to_dict() == {0: 0.0, 1: 1.0, 2: 2.0}
+    assert len(forwards(tmp_path, run="r")) == 3

@@ -153,6 +153,22 @@ def test_live_counts_a_real_run(tmp_path):
     assert [p[1] for p in snap["curve"]] == pytest.approx(losses)
 
 
+def test_live_speaks_of_a_run_in_the_record_s_words():
+    """A run's state is one vocabulary: Live's is the record's (a run a
+    raised error ended is interrupted, with its cause), and sending a
+    picture is send(), never flush() (a Recorder's word for durable)."""
+    from somatize.record._summary import STATES
+
+    live = Live()
+    feed(live, [1.0, 0.5])
+    assert live.state == "running" and live.state in STATES
+    live.end(RuntimeError("boom"))
+    assert (live.state, live.cause) == ("interrupted", "RuntimeError")
+    assert live.snapshot()["state"] in STATES and live.snapshot()["cause"] == "RuntimeError"
+    assert "interrupted (RuntimeError)" in text_of(parse(live.to_html()))
+    assert callable(live.send) and not hasattr(live, "flush")
+
+
 def test_live_curve_stays_bounded_and_keeps_the_mean():
     values = [math.sin(i / 50) + 2 for i in range(1_000_003)]
     live = Live()

@@ -64,14 +64,14 @@ def test_a_saved_notebook_after_100k_steps_stays_small(tmp_path):
         assert saved["curve"][-1][0] > 99_000  # it reaches the last steps
 
 
-def test_a_cell_that_raises_leaves_live_failed(tmp_path):
+def test_a_cell_that_raises_leaves_live_interrupted(tmp_path):
     nb, _ = run_cells(
         tmp_path, FEED,
         "for i in range(10):\n    step(1.0)\nlive.forward_began()\nraise RuntimeError('boom')",
-        "print(live.state, live.error, live.steps)",
+        "print(live.state, live.cause, live.steps)",
         allow_errors=True,
     )
-    assert nb.cells[2].outputs[0]["text"].split() == ["failed", "RuntimeError", "10"]
+    assert nb.cells[2].outputs[0]["text"].split() == ["interrupted", "RuntimeError", "10"]
 
 
 def run_notebook(name, tmp_path):

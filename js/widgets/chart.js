@@ -119,6 +119,9 @@ function drawChart(host, data, opts = {}) {
       points: pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
       class: "curve", style: `stroke:${s.color}`, "data-points": pts.length, "data-name": s.name,
     }, plot);
+    if (s.dots) {
+      for (const p of pts) svg("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, class: "dot", style: `fill:${s.color}` }, plot);
+    }
   }
   for (const m of data.marks) {
     const X = px(m.x);
@@ -151,15 +154,16 @@ function drawChart(host, data, opts = {}) {
     const at = nearest(shown[0].pts, step)[0];
     const X = px(at);
     // x as its axis says it: a clock time, a time in the axis's unit, or a step
-    const said = data.xclock ? new Date(at * 1000).toLocaleTimeString()
-      : label(Math.round((at / (data.xdiv || 1)) * 100) / 100);
-    const lines = [`${data.xlabel} ${said}`];
+    const xText = (v) => data.xclock ? new Date(v * 1000).toLocaleTimeString()
+      : label(Math.round((v / (data.xdiv || 1)) * 100) / 100);
+    const lines = [`${data.xlabel} ${xText(at)}`];
     shown.forEach(({ s, pts }, i) => {
       const p = nearest(pts, at);
       dots[i].setAttribute("cx", px(p[0]));
       dots[i].setAttribute("cy", py(p[1]));
       dots[i].setAttribute("visibility", "visible");
-      lines.push(`${s.name}: ${label(p[1])}`);
+      // a fact said now and then (an evaluation): its nearest point, and where it was said
+      lines.push(`${s.name}: ${label(p[1])}` + (s.dots && p[0] !== at ? ` (at ${xText(p[0])})` : ""));
     });
     cross.setAttribute("x1", X); cross.setAttribute("x2", X);
     cross.setAttribute("visibility", "visible");

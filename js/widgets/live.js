@@ -4,7 +4,7 @@
 // drawChart (chart.js, joined in front of this file). The log-scale toggle
 // asks Python for the other scale through the synced `log` trait.
 
-const STATE_LABEL = { waiting: "waiting", running: "running", finished: "finished", failed: "failed" };
+const STATE_LABEL = { waiting: "waiting", running: "running", finished: "finished", interrupted: "interrupted" };
 const STATS = [["steps", "steps"], ["rate", "steps/s"], ["last", "last loss"], ["best", "best loss"],
                ["elapsed", "elapsed"], ["eta", "to go"]];
 
@@ -43,7 +43,7 @@ function render({ model, el }) {
     const s = model.get("status");
     if (!s || !s.chart) return;
     title.textContent = s.title;
-    pill.textContent = STATE_LABEL[s.state] + (s.error ? ` (${s.error})` : "");
+    pill.textContent = STATE_LABEL[s.state] + (s.cause ? ` (${s.cause})` : "");
     pill.dataset.state = s.state;
     el.dataset.state = s.state;
     el.dataset.steps = s.steps;

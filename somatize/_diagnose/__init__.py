@@ -3,8 +3,10 @@
 Public as ``somatize.diagnose(store, run=...)`` (a function; this package is
 private so that the name ``somatize.diagnose`` means one thing). It owns the
 findings and their thresholds (``_findings``) and how the record is read for
-them (``_read``). It imports ``record`` (reads only), numpy and pandas; never
-torch: the instruments it reads are recorded by ``somatize.torch``.
+them (``_read``), and the panel a notebook shows them as (``_panel``, a
+static picture drawn by ``_pictures``). It imports ``record`` (reads only),
+``_pictures``, numpy and pandas; never torch: the instruments it reads are
+recorded by ``somatize.torch``; never Jupyter.
 """
 
 from ._findings import DEFAULTS as DEFAULTS

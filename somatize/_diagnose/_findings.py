@@ -73,14 +73,14 @@ def _short(v):
 
 class Findings(list):
     """A run's findings, worst first: a list of ``Finding`` that a notebook
-    shows as the diagnosis panel (``_widgets/_diagnosis``)."""
+    shows as the diagnosis panel (``_panel``)."""
 
     def __init__(self, found, store, run):
         super().__init__(found)
         self.store, self.run = store, run
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from .._widgets._diagnosis import diagnosis_bundle
+        from ._panel import diagnosis_bundle
 
         return diagnosis_bundle(self)
 

@@ -24,7 +24,10 @@ TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "bac
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",
 )
-RESERVED = frozenset(ENGINE_FACTS + TRAINER_FACTS + INSTRUMENT_FACTS)
+# An evaluation's time (somatize/torch/_evaluate.py). Its values, val_loss and val_<metric>, are not
+# reserved: a node may say its own (ctx.fact("val_loss", ...) lands in the series val_loss/<node>).
+EVALUATION_FACTS = ("eval_us",)
+RESERVED = frozenset(ENGINE_FACTS + TRAINER_FACTS + INSTRUMENT_FACTS + EVALUATION_FACTS)
 
 
 class Watchers:

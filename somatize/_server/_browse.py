@@ -36,7 +36,6 @@ import os
 import queue
 import re
 import secrets
-import shutil
 import stat
 import threading
 import time
@@ -48,7 +47,7 @@ import xxhash
 
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
-from .._store.names import MARKER, RUN_NAME, run_names_in
+from .._store.names import MARKER, is_run_name, run_names_in
 from .._store.names import run_names as listed_runs
 from ..record import _columns, _runs
 from ..record._chart import chart
@@ -305,7 +304,7 @@ class Browser:
         """(store folder, run folder) of a run that is a real folder of the
         store's ``runs/`` (what a listing shows); NotFound otherwise."""
         root = self.store(sid)
-        if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or run in (".", "..") or len(run) > _runs.NAME_LIMIT:
+        if not is_run_name(run):
             raise NotFound("no such run in this store")
         try:
             st = files.lstat_in(root, ("runs", run))
@@ -560,13 +559,13 @@ class Browser:
                 try:
                     lock = _hold_lock(run_fd, run)
                     try:
-                        gone = f"deleted-{run[:40]}-{secrets.token_hex(6)}"
+                        gone = files.trash_name(run)
                         os.rename(run, gone, src_dir_fd=runs_fd, dst_dir_fd=tmp_fd)
                     finally:
                         os.close(lock)
                 finally:
                     os.close(run_fd)
-                shutil.rmtree(gone, dir_fd=tmp_fd)
+                files.remove_trash(gone, tmp_fd)
             finally:
                 os.close(tmp_fd)
         finally:

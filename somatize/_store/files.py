@@ -17,11 +17,13 @@ import errno
 import mmap
 import os
 import secrets
+import shutil
 import stat
 import threading
 from pathlib import Path
 
 MAP_AT = 1 << 20  # bytes; files this large are mapped, not read
+DELETED = "deleted-"  # tmp/deleted-…: a folder renamed there to be removed (a deleted run)
 
 
 def write_all(fd, parts):
@@ -426,9 +428,38 @@ def ensure_dirs(root, parts):
     return made
 
 
+def trash_name(name):
+    """The name under ``tmp/`` a folder takes on its way out: renamed there
+    first (gone from where it was at once), then removed (``remove_trash``).
+    One a failed delete leaves is removed by the next ``sweep``."""
+    return f"{DELETED}{name[:40]}-{secrets.token_hex(6)}"
+
+
+def remove_trash(name, tmp_fd):
+    """Remove the folder ``name`` of the ``tmp/`` open as ``tmp_fd``; nothing
+    inside is followed (``rmtree`` on a folder descriptor), and a part another
+    process removed first (a sweep) is no error."""
+
+    def gone_already(_function, _path, info):
+        if not issubclass(info[0], FileNotFoundError):
+            raise info[1]
+
+    shutil.rmtree(name, dir_fd=tmp_fd, onerror=gone_already)
+
+
+def trash(root):
+    """The names of the folders in ``root/tmp`` that a delete left (named by
+    ``trash_name``); none when there is no ``tmp/``."""
+    try:
+        return sorted(n for n, kind in entries(root, ("tmp",)) if kind == "dir" and n.startswith(DELETED))
+    except (OSError, Refused):
+        return []
+
+
 def sweep(root, parts, cutoff):
     """Remove the entries of ``root/parts…`` (not folders) last changed before
-    ``cutoff``; a link is removed itself, never what it points at."""
+    ``cutoff``, and every folder a delete left there (``trash_name``: nothing
+    reads one); a link is removed itself, never what it points at."""
     try:
         fd = open_dir(root, parts)
     except (FileNotFoundError, Refused):
@@ -437,9 +468,12 @@ def sweep(root, parts, cutoff):
         with os.scandir(fd) as it:
             for e in it:
                 try:
-                    if not e.is_dir(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < cutoff:
+                    if e.is_dir(follow_symlinks=False):
+                        if e.name.startswith(DELETED):
+                            remove_trash(e.name, fd)
+                    elif e.stat(follow_symlinks=False).st_mtime < cutoff:
                         os.unlink(e.name, dir_fd=fd)
                 except OSError:
-                    pass  # another process swept it first
+                    pass  # another process swept it first, or it cannot be removed: check notes it
     finally:
         os.close(fd)

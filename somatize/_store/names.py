@@ -22,26 +22,37 @@ MARKER = "SOMATIZE"  # the file that makes a folder a store: {"format": 2}
 MAX_NAME = 1024  # bytes of UTF-8 in a whole name; each part at most 255
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run is one folder under runs/
+RUN_NAME_LIMIT = 200  # characters of a run name: a folder name is at most 255 bytes
 
 
-def run_names(root):
+def is_run_name(name) -> bool:
+    """Whether ``name`` may name a run: the one rule (``RUN_NAME``, not "."
+    or "..", at most ``RUN_NAME_LIMIT`` characters) that recording, listing
+    and the run browser apply."""
+    return (isinstance(name, str) and len(name) <= RUN_NAME_LIMIT and RUN_NAME.fullmatch(name) is not None
+            and name not in (".", ".."))
+
+
+def run_names(root, links_too=False):
     """The runs recorded in the store at ``root``, sorted: the folders under
-    ``runs/``, which is not followed if it is a link (nor is any run)."""
+    ``runs/`` with a run's name (``is_run_name``). ``runs/`` is not followed
+    if it is a link (none then), nor is any run; ``links_too``: also what
+    else has a run's name there (a link, a file), which the record lists as
+    damaged."""
     try:
         fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:  # none, or not a folder of this store
         return []
     try:
-        return run_names_in(fd)
+        return run_names_in(fd, links_too)
     finally:
         os.close(fd)
 
 
-def run_names_in(fd):
+def run_names_in(fd, links_too=False):
     """``run_names`` of the ``runs/`` folder open as ``fd`` (left open)."""
     with os.scandir(fd) as it:
-        return sorted(e.name for e in it if e.is_dir(follow_symlinks=False)
-                      and RUN_NAME.fullmatch(e.name) and e.name not in (".", ".."))
+        return sorted(e.name for e in it if (links_too or e.is_dir(follow_symlinks=False)) and is_run_name(e.name))
 
 
 def name_problem(name):

@@ -7,9 +7,10 @@ it is flushed before anything points at it: an object before the manifest that
 references it, a manifest before the name (``writer.py``, ``files.py``). A crash
 at any moment leaves whatever was visible before, plus at most some files in
 ``tmp/`` (harmless: ``check`` ignores them and opening a store sweeps those
-over an hour old). Several processes may keep into one store at once: objects
-are named by their content, so two writers of one object rename identical
-bytes onto one name.
+over an hour old, and any folder a failed delete left: ``files.trash_name``).
+Several processes may keep into one store at once: objects are named by
+their content, so two writers of one object rename identical bytes onto one
+name.
 
 Layout (see docs/ARCHITECTURE.md)::
 

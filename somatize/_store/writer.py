@@ -12,7 +12,7 @@ O_DIRECT. A large object (``DIRECT_AT``, 8 MiB, or more) can be written
 around the page cache. Whether that pays depends on the machine: on the VMs
 these figures come from, handing the kernel *new* page-cache pages costs
 ~150 ms of CPU per 64 MiB, so a buffered write of a big new file ran at
-~0.4 GB/s while the VM was fresh and O_DIRECT at ~1.6 GB/s whatever its state;
+~0.4 GB/s while the VM was fresh and O_DIRECT at ~1.6 GB/s however long it had run;
 the price is that the first recall after a keep reads the disk. On a machine
 without that cost a buffered write is as fast and leaves the object cached.
 So it is a switch: ``Store(path, direct_io=False)``, or the environment

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from html import escape
 
-from . import _svg
+from .._pictures import _svg
 
 NODE_W, NODE_H, TIMED_H, IO_H, LAYER_GAP, NODE_GAP, MARGIN = 170, 44, 60, 30, 34, 22, 12
 BADGES = (("cached", "var(--jp-accent-color1, #9333ea)"), ("frozen", "var(--jp-info-color1, #0891b2)"))

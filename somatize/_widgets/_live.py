@@ -3,9 +3,12 @@
 The rule it keeps: the training loop never waits for the picture. Handing
 `Live` a fact only updates a few numbers and a bounded curve (well under a
 microsecond of work); pictures are sent to the front end at most ten times a
-second, from a timer, and the last state always arrives: a timer is armed
+second, from a timer, and the last picture always arrives: a timer is armed
 whenever something changed since the last send, and the end of the notebook
-cell sends the final state at once.
+cell sends the final picture at once. Its ``state`` is the run's, in the
+record's words (waiting, running, finished, interrupted, with the ``cause``:
+the exception's type); ``send()`` sends now (a Recorder's ``flush`` is the
+word for making facts durable).
 
 Nothing here imports Jupyter until the object is displayed, so a script can
 watch with `Live` at no cost beyond the counting.
@@ -18,12 +21,13 @@ import sys
 import threading
 import time
 
+from .._pictures import _svg
 from ..record import _chart
-from . import _svg
 
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points
 X_AXES = ("step", "relative")
+EVALUATED = "val_"  # the Trainer's evaluation says val_loss, val_<metric> (torch/_evaluate.py): drawn beside the loss
 
 
 class Curve:
@@ -144,6 +148,9 @@ class Live:
     `live` alone at the end of a cell to show it. It counts steps (one per
     `loss` fact), forwards and updates, and keeps the last and best loss.
 
+    An evaluation's facts (`trainer.evaluate`: `val_loss`, `val_accuracy`,
+    any `val_*`) are drawn beside the loss unasked, each at the step it came
+    in (the last step taken; 0 before any), a dot at each.
     `total_steps=N` (when known) adds the time to go; `also=["val_loss"]`
     draws those facts' numeric `value` beside the loss, each at the step it
     came in (a fact a node says with `ctx.fact("val_loss", value=v)`, or one
@@ -186,11 +193,11 @@ class Live:
         self.steps = self.forwards = self.updates = 0
         self.last = None
         self.best = math.inf
-        self.error = None
+        self.cause = None
         self._curve = Curve(timed=self._timed)
         self._state = "waiting"
         self._began = self._ended = None
-        # The front end: a view once displayed, and the throttle's state.
+        # The front end: a view once displayed, and the throttle's clock and timer.
         self._view = None
         self._displays = []
         self._timer = None
@@ -219,10 +226,13 @@ class Live:
             self._ended = self._clock()
         elif kind == "updated":
             self.updates += 1
-        elif kind in self._also:
+        elif kind in self._also or kind.startswith(EVALUATED):
             value = _number(fact.get("value"))
             if value is not None:
-                self._also[kind].add(value, self._now() if self._timed else max(0, self.steps - 1))
+                points = self._also.get(kind)
+                if points is None:  # an evaluation's value (val_loss, val_accuracy): drawn unasked
+                    points = self._also[kind] = Points()
+                points.add(value, self._now() if self._timed else max(0, self.steps - 1))
         self._version += 1
         if self._view is not None and self._timer is None:
             self._poke()
@@ -243,13 +253,13 @@ class Live:
         now = self._clock()
         if self._began is None:
             self._began = now
-        self._state, self.error = "running", None
+        self._state, self.cause = "running", None
         self._hook()
 
-    # --- state -----------------------------------------------------------------
+    # --- the run's state -----------------------------------------------------------
     @property
     def state(self):
-        """'waiting', 'running', 'finished' or 'failed'."""
+        """'waiting', 'running', 'finished' or 'interrupted' (``cause`` says by what)."""
         return self._state
 
     def snapshot(self):
@@ -259,14 +269,15 @@ class Live:
         curve = [list(p) for p in self._curve.points()]
         bad = self.not_finite_at
         series = [_line("loss", _svg.SERIES[0], curve, self._curve.stride, self.smoothing)]
-        series += [_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing)
-                   for i, (name, c) in enumerate(self._also.items())]
+        series += [{**_line(name, _svg.SERIES[(i + 1) % len(_svg.SERIES)], c.points(), 1, self.smoothing),
+                    "dots": True}
+                   for i, (name, c) in enumerate(list(self._also.items()))]  # list: a fact may add one meanwhile
         marks = [] if bad is None else [{"x": self._not_finite_x, "label": f"not finite from step {bad:,}"}]
         left = None if not (self.total_steps and rate) else max(0, self.total_steps - self.steps) / rate
         return {
             "title": self.title,
             "state": self._state,
-            "error": self.error,
+            "cause": self.cause,
             "steps": self.steps,
             "forwards": self.forwards,
             "updates": self.updates,
@@ -284,7 +295,7 @@ class Live:
                                   xlabel="time since the run began" if self._timed else "step"),
         }
 
-    # --- the end of a notebook cell decides finished or failed -------------------
+    # --- the end of a notebook cell decides finished or interrupted ---------------
     def _hook(self):
         if self._hooked is not None:
             return
@@ -298,19 +309,19 @@ class Live:
         self.end(error)
 
     def end(self, error=None):
-        """Mark the run finished (or failed with `error`) and send the final
-        state now. Called by the notebook at the end of the cell that ran it;
-        call it yourself outside a notebook."""
+        """Mark the run finished (or interrupted by `error`, its type the
+        ``cause``) and send the final picture now. Called by the notebook at
+        the end of the cell that ran it; call it yourself outside a notebook."""
         if self._hooked is not None:
             self._hooked.events.unregister("post_run_cell", self._cell_ended)
             self._hooked = None
         if self._state != "running":
             return
-        self._state = "failed" if error is not None else "finished"
-        self.error = None if error is None else type(error).__name__
+        self._state = "interrupted" if error is not None else "finished"
+        self.cause = None if error is None else type(error).__name__
         if self._ended is None:
             self._ended = self._clock()
-        self.flush()
+        self.send()
         for handle in self._displays:
             handle.update(self._bundle(), raw=True)
 
@@ -343,8 +354,8 @@ class Live:
         if self._view is not None:
             self._view.status = self.snapshot()
 
-    def flush(self):
-        """Send the current state now, whatever the throttle says."""
+    def send(self):
+        """Send the current picture now, whatever the throttle says."""
         with self._lock:
             self._send()
 
@@ -360,13 +371,13 @@ class Live:
 
     def _chosen(self, change):
         self.log, self.smoothing = self._view.log, float(self._view.smoothing)
-        self.flush()
+        self.send()
 
     def _bundle(self):
         from ._views import view_bundle
 
         view = self._ensure_view()
-        self.flush()
+        self.send()
         return {**view_bundle(view), "text/html": self.to_html(), "text/plain": repr(self)}
 
     def _repr_mimebundle_(self, include=None, exclude=None):

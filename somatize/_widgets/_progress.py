@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._pictures import _svg
 from ..record import _chart
-from . import _svg
 
 POINTS = 2000
 XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}
@@ -35,6 +35,16 @@ def thinned(values, steps, points=POINTS):
 
 X_AXES = ("step", "relative", "wall")
 WALL = "wall_s"  # the Trainer's fact: the clock (seconds since 1970) when a step began
+EVALUATED = "val_"  # the Trainer's evaluation (torch/_evaluate.py): val_loss, val_<metric>, drawn beside the loss
+
+
+def step_of(losses, c):
+    """The step of each point of curve ``c``: the step whose forward it
+    belongs to, read off the loss curve (one point a step; with micro=N a
+    step spans N forwards), 0 before the first step. An evaluation's facts
+    come after its step's: they are drawn at that step, as `Live` draws them."""
+    at = np.searchsorted(losses.index.to_numpy(dtype=np.int64), c.index.to_numpy(dtype=np.int64), side="right")
+    return np.maximum(at - 1, 0).astype(np.float64)
 
 
 def finite(curve, xs=None):
@@ -113,6 +123,10 @@ class Progress:
         self.x = x
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
         self._finite = {run: finite(c, self._xs(store, run, c)) for run, c in self.curves.items()}
+        # Beside the training loss, unasked: each run's evaluation curves ({run: {name: Series}}).
+        self.evaluated = {run: self._evaluated(store, run) for run in runs} if name == "loss" else {}
+        self._evaluated_finite = {run: {k: finite(c, self._xs(store, run, c, self.curves[run]))
+                                        for k, c in per.items()} for run, per in self.evaluated.items()}
         # One colour a run, decided here only: the panel and the picture read it.
         self.colors = {run: _svg.SERIES[i % len(_svg.SERIES)] for i, run in enumerate(runs)}
         self.labels = {run: run for run in runs}
@@ -190,11 +204,20 @@ class Progress:
             low, high = np.minimum.reduceat(low, edges), np.maximum.reduceat(high, edges)
         return at, line, low, high
 
-    def _xs(self, store, run, c):
-        """The x of each point of `c`: None for steps, else seconds (since the
+    def _evaluated(self, store, run):
+        from somatize.record import curve
+        from somatize.record._queries import curve_names
+
+        names = sorted((n for n in curve_names(store, run) if n.startswith(EVALUATED) and "/" not in n),
+                       key=lambda n: (n != EVALUATED + "loss", n))  # val_loss first, beside the loss
+        return {n: curve(store, run=run, name=n) for n in names}
+
+    def _xs(self, store, run, c, losses=None):
+        """The x of each point of `c`: None for steps (or, given the run's
+        `losses`, the steps its points belong to), else seconds (since the
         run's first step began, or since 1970)."""
         if self.x == "step":
-            return None
+            return None if losses is None else step_of(losses, c)
         t = clock_of(store, run, c)
         if self.x == "relative":
             from somatize.record import curve
@@ -253,11 +276,19 @@ class Progress:
                            "band": list(zip(at.tolist(), low.tolist(), high.tolist()))})
         for run in self.runs if not self.groups else ():
             x, y = self.line(run, self.smoothing)
-            s = {"name": self.labels[run], "color": self.colors[run], "points": list(zip(x.tolist(), y.tolist()))}
+            # one run with evaluation curves: its line is the loss, beside val_loss, in the legend
+            label = self.name if len(self.runs) == 1 and any(self.evaluated.values()) else self.labels[run]
+            s = {"name": label, "color": self.colors[run], "points": list(zip(x.tolist(), y.tolist()))}
             if self.smoothing > 0:  # the raw trace faded behind the smoothed one, as TensorBoard draws it
                 rx, ry = self.line(run)
                 s["raw"] = [[a, b] for a, b in zip(rx.tolist(), ry.tolist())]
             series.append(s)
+        for run, per in self._evaluated_finite.items() if not self.groups else ():  # a group: its band alone
+            for name, (x, y) in per.items():
+                x, y = thinned(y, x)
+                series.append({"name": name if len(self.runs) == 1 else f"{self.labels[run]} {name}",
+                               "color": _svg.SERIES[len(series) % len(_svg.SERIES)], "dots": True,
+                               "points": list(zip(x.tolist(), y.tolist()))})
         return _chart.chart(series, log=self.log, ylabel=self.name, window=self.window, outliers=self.outliers,
                             x=self.x, xlabel=XLABELS[self.x])
 
@@ -313,7 +344,9 @@ def progress(store, run=None, name="loss", color_by=None, x="step", where=None, 
     figure; `run=["a", "b"]` overlays runs with a legend and one tooltip;
     `color_by="lr"` colours each run by that key of its recorded config
     (numbers from dark to light by rank, other values one colour each) and
-    says each run's value in the legend. `x="relative"` draws it over the
+    says each run's value in the legend. Beside the loss, each run's
+    evaluation curves (`trainer.evaluate`'s `val_loss`, `val_accuracy`, ...)
+    are drawn unasked, each point at the step it was said at. `x="relative"` draws it over the
     seconds since each run's first step began, `x="wall"` over the clock
     (both read from the Trainer's `wall_s` fact).
 

@@ -5,7 +5,8 @@ summary, its forward times and one forward's facts), never from a process
 that is gone. Nodes are sorted by their total time and the slowest is drawn
 in another colour, so in a twenty-node graph the culprit is the first bar.
 The engine's own time (a forward's time outside its nodes) is a bar of its
-own; so is the Trainer's when the record holds it (a numeric fact
+own; so are the evaluations' (`eval_us`: `trainer.evaluate`'s forwards,
+unwatched, its loss and metrics), apart from training; so is the Trainer's when the record holds it (a numeric fact
 `trainer_us`: µs of loss, backward and update per step), split into its
 parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
 record holds them too; an older record draws it whole. Each node's backward
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 from html import escape
 
-from . import _graph, _svg
+from .._pictures import _svg
+from . import _graph
 
 TRAINER_FACT = "trainer_us"
 # The parts of the Trainer's time, as the Trainer names them, and how the panel says them.
 TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward"),
                  ("update_us", "optimizer update"))
+EVALUATION_FACT = "eval_us"  # µs of one trainer.evaluate (torch/_evaluate.py): its unwatched forwards and metrics
 BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
 SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
@@ -92,6 +95,9 @@ def spent_data(store, run, forward=None):
         rows.append({"label": "Trainer (loss, backward, update)", "kind": "trainer",
                      "total_us": float(took.sum()), "mean_us": float(took.mean()) if len(took) else 0.0,
                      "count": int(len(took)), "parts": _trainer_parts(per_forward)})
+    evaluation = _evaluation_of(store, run)
+    if evaluation is not None:
+        rows.append(evaluation)
     backward = _backward_of(store, run, [r["label"] for r in rows if r["kind"] == "node"])
     for r in rows:
         if r["label"] in backward:
@@ -135,6 +141,23 @@ def _trainer_parts(per_forward):
              for name, label in TRAINER_PARTS]
     rest = float((told[TRAINER_FACT] - told[[name for name, _ in TRAINER_PARTS]].sum(axis=1)).clip(lower=0).sum())
     return parts + [{"name": "rest", "label": "the rest (the Trainer's bookkeeping)", "total_us": rest * scale}]
+
+
+def _evaluation_of(store, run):
+    """The evaluations' row (`eval_us`, one point an evaluation, read from its
+    curve: two in one forward both count), or None when the run has none.
+    Their forwards are not watched, so no node's time and no forward's holds them."""
+    from somatize._base.errors import SomatizeKeyError
+    from somatize.record import curve
+
+    try:
+        took = curve(store, run=run, name=EVALUATION_FACT).dropna()
+    except SomatizeKeyError:
+        return None
+    if not len(took):
+        return None
+    return {"label": "evaluation", "kind": "evaluation", "total_us": float(took.sum()),
+            "mean_us": float(took.mean()), "count": int(len(took))}
 
 
 def _backward_of(store, run, names):
@@ -181,12 +204,13 @@ def spent_inner(d, graph=None, narrow=False):
         parts.append(_h("On the graph: each node's mean time a forward and its share of the run"))
         parts.append(f"<div style='overflow-x:auto'>{_graph.describe(graph, timings(d))['svg']}</div>")
     bars = [{"label": r["label"], "value": r["total_us"],
-             "color": _svg.SLOW if r["slowest"] else (_svg.OVERHEAD if r["kind"] != "node" else _svg.SERIES[0]),
+             "color": _svg.SLOW if r["slowest"] else _COLORS.get(r["kind"], _svg.OVERHEAD),
              "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · "
-                     f"{_svg.duration_us(r['mean_us'])} a forward",
+                     f"{_svg.duration_us(r['mean_us'])} {_EACH.get(r['kind'], 'a forward')}",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
-                    f"a forward over {r['count']:,} {'calls' if r['kind'] == 'node' else 'forwards'}"
+                    f"{_EACH.get(r['kind'], 'a forward')} over {r['count']:,} "
+                    f"{_COUNTED.get(r['kind'], 'forwards')}"
                     + (f"; backward {_svg.duration_us(r['backward_us'])} a step ({r['backward_steps']:,} "
                        "steps measured)" if "backward_us" in r else ""),
              "parts": _bar_parts(r)}
@@ -194,6 +218,8 @@ def spent_inner(d, graph=None, narrow=False):
     parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
     grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
+    if any(r["kind"] == "evaluation" for r in d["rows"]):
+        grey += "; green: evaluation"
     parts.append(_both(_svg.bars_svg(bars, title=title_of(d), unit_label=grey),
                        narrow and _svg.bars_svg_narrow(bars, title=title_of(d), unit_label=grey)))
     parts.append(_spread_table(d))
@@ -208,6 +234,11 @@ def spent_inner(d, graph=None, narrow=False):
         parts.append(_both(_svg.timeline_svg(spans, t["total_us"]),
                            narrow and _svg.timeline_svg(spans, t["total_us"], width=_svg.NARROW)))
     return "".join(parts)
+
+
+_COLORS = {"node": _svg.SERIES[0], "evaluation": _svg.SERIES[2]}
+_EACH = {"evaluation": "an evaluation"}  # what a row's mean is per
+_COUNTED = {"node": "calls", "evaluation": "evaluations"}
 
 
 def _both(wide, narrow):

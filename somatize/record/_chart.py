@@ -179,6 +179,8 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
     "band": [(x, lo, hi)] optional}]; `log`: None chooses from the data;
     `window`: (x0, x1) to show part of x (the y range fits what is inside);
     `raw` in a series: its unsmoothed values, drawn faded behind it;
+    `dots` in a series: True draws a dot at each point (a fact said now and
+    then, a validation loss: one point is a dot, not nothing);
     `outliers`: True leaves the values past the 1st/99th percentile out of
     the y range; `marks`: [{"x", "label"}], vertical lines (a step that went
     non-finite); `x`: what x counts, "step" (whole numbers), "relative"
@@ -211,7 +213,7 @@ def chart(series, *, log=None, xlabel="step", ylabel="loss", window=None, outlie
         xlabel = clock_label(x0, x1)
     out = {"log": bool(log), "xlabel": xlabel, "xkind": kind, "ylabel": ylabel + (" (log scale)" if log else ""),
            "x": [x0, x1], "y": None, "xticks": [], "yticks": [], "marks": list(marks),
-           "series": [{"name": s["name"], "color": s["color"],
+           "series": [{"name": s["name"], "color": s["color"], "dots": bool(s.get("dots")),
                        "points": [[x, y] for x, y in s["points"] if y is not None and math.isfinite(y)
                                   and (not log or y > 0)],
                        "band": [[x, lo, hi] for x, lo, hi in s.get("band", ())

@@ -7,6 +7,7 @@ log, a summary whose counts are not the log's, a summary that does not parse
 or has a field of the wrong type, a file that is a symlink or a FIFO. The
 torn remains of a flush that a kill interrupted lie past what
 ``summary.json`` counts; they are a note, not damage: no reader trusts them.
+So is a deleted run's folder that a delete left in ``tmp/``.
 The check reports; it never raises and never writes.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from .._base.errors import DamagedError
 from .._store import files as _store_files
+from .._store.names import run_names
 from . import _files, _log
 from ._runs import (
     INDEX,
@@ -27,7 +29,7 @@ from ._runs import (
     SUMMARY,
     folder_problem,
     load_summary,
-    run_names,
+    runs_dir,
 )
 from ._summary import Broken
 
@@ -160,9 +162,12 @@ def _damaged_after(raw, index_path, after, committed):
 
 def check_runs(root: Path) -> tuple[list[str], list[str]]:
     problems: list[str] = []
-    notes: list[str] = []
+    notes = [f"{Path(root) / 'tmp' / name}: a deleted run not yet removed (its delete stopped partway); "
+             "nothing reads it, and opening the store to write (Store(path)) removes it"
+             for name in _store_files.trash(root)]
     try:
-        names = run_names(root)
+        runs_dir(root)  # a runs/ that is a link or a file: one line, and nothing read through it
+        names = run_names(root, links_too=True)
     except DamagedError as e:
         return [str(e)], notes
     for name in names:

@@ -6,7 +6,8 @@ two sources can never give the same name.
 
 - **Fixed columns** are plain words with no dot: ``run``, ``state``,
   ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
-  ``duration``, ``host``, ``pid`` (and ``problem`` for a damaged run).
+  ``duration``, ``host``, ``pid`` (and ``cause`` for an interrupted run,
+  ``problem`` for a damaged one).
 - **The configuration**: ``config.<key>``, a nested dict flattened
   (``config.optim.lr``).
 - **Each summarised fact**: ``<fact>.last``, ``<fact>.best``, ``<fact>.min``,
@@ -93,8 +94,9 @@ def row(summary: dict, stats=STATS) -> dict:
     started, updated = summary.get("started"), summary.get("updated")
     if started is not None and updated is not None:
         out["duration"] = updated - started
-    if "problem" in summary:
-        out["problem"] = summary["problem"]
+    for said in ("cause", "problem"):
+        if said in summary:
+            out[said] = summary[said]
     out.update(config_columns(summary.get(CONFIG) or {}))
     for name, stat in (summary.get("summarising") or {}).items():
         if refused_fact(name) is None:

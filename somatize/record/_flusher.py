@@ -3,8 +3,11 @@
 The rule kept here: the flusher never swallows a failure silently. A flush
 that fails stops its Recorder (``Recorder._fail``), and the owner hears of it
 at its next call into the Recorder: the next fact handed over, ``flush()``,
-``close()``. At exit every live Recorder is closed; a forked child (a
-DataLoader worker) forgets its parent's Recorders.
+``close()``. At exit every live Recorder still open is marked interrupted
+(its owner did not close it), with the exception that ended the script as
+its cause when there is one (Python keeps it as ``sys.last_value`` for the
+exit handlers to read); a forked child (a DataLoader worker) forgets its
+parent's Recorders.
 
 Why every 0.25 s and not less: the flush thread's system calls each take the
 GIL back from a training loop that lets go of it inside torch; flushing every
@@ -22,6 +25,7 @@ import threading
 import time
 
 from ._runs import LIVE, LIVE_LOCK
+from ._summary import EXITED, cause_of
 
 FLUSH_EVERY = 0.25  # seconds; another process sees facts within about this
 
@@ -51,12 +55,20 @@ def start():
         _flusher.start()
 
 
+def last_error():
+    """The exception that last went unhandled to the top of this process
+    (what the interpreter printed, or IPython's last cell error), or None."""
+    return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+
+
 def _close_all():
     with LIVE_LOCK:
         recorders = [r for r in LIVE.values() if r._pid == os.getpid()]
+    error = last_error()
     for recorder in recorders:
+        fresh = error is not None and error is not recorder._error_before
         try:
-            recorder.close()
+            recorder._end("interrupted", cause_of(error) if fresh else EXITED)
         except Exception as e:  # nobody left to raise to: say it where a person looks
             print(f"somatize: {e}", file=sys.stderr)
 

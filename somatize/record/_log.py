@@ -277,10 +277,21 @@ def points_of(data: bytes) -> np.ndarray:
 
 
 def points_bytes(forwards: list, values: list) -> bytes:
+    """Series records; a value too large for a float64 becomes ±inf."""
     table = np.empty(len(forwards), POINT)
     table["forward"] = forwards
-    table["value"] = values
+    try:
+        table["value"] = values
+    except (OverflowError, TypeError, ValueError):
+        table["value"] = [_as_float(v) for v in values]
     return table.tobytes()
+
+
+def _as_float(v) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return float("inf") if v > 0 else float("-inf")
 
 
 def series_names(folder: Path) -> list[str]:

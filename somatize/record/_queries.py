@@ -29,6 +29,7 @@ from .._base.errors import (
     SomatizeValueError,
 )
 from .._store import files as _store_files
+from .._store.names import store_root
 from . import _files, _log
 from ._runs import (
     INDEX,
@@ -37,7 +38,6 @@ from ._runs import (
     existing_folder,
     live_recorder,
     log_short,
-    store_root,
     summaries,
     summary_or_damage,
 )
@@ -203,9 +203,7 @@ class _Run:
             points = _log.points_of(raw)
         pending = self.points.get(name)
         if pending:
-            from ._summary import points_bytes
-
-            points = np.concatenate([points, _log.points_of(points_bytes(*pending))])
+            points = np.concatenate([points, _log.points_of(_log.points_bytes(*pending))])
         return points
 
     def series_names(self):
@@ -271,6 +269,14 @@ def curve(store, run, name="loss"):
     points = _points(r, name)
     index = pd.Index(np.ascontiguousarray(points["forward"]), name="forward", copy=False)
     return pd.Series(np.ascontiguousarray(points["value"]), index=index, name=name, copy=False)
+
+
+def curve_names(store, run):
+    """The names of ``run``'s curves (its numeric facts' series), sorted;
+    nothing but the summary is read."""
+    r = _Run(store, run)
+    r.needs_summary()
+    return [n for n in r.series_names() if n != TOOK]
 
 
 def _last_per_forward(points, rows):
@@ -376,8 +382,10 @@ def runs(store, where=None):
     flattened as ``config.optim.lr``; empty where a run has no such key); for
     each summarised fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and
     ``<fact>.max`` (best: max for a fact named like a score, ``acc``,
-    ``f1``, …; min for any other); a ``problem`` column says why a damaged
-    run is damaged. Reads the summaries, no facts.
+    ``f1``, …; min for any other); a ``cause`` column says why an
+    interrupted run was (the exception that ended its script, an exit
+    without ``close()``, a process killed), a ``problem`` column why a
+    damaged run is damaged. Reads the summaries, no facts.
 
     ``where``: only the runs a query holds for, like
     ``where='config.lr < 1e-2 and loss.best < 0.1'`` (``and``, ``or``,
@@ -407,8 +415,7 @@ def runs(store, where=None):
             elif column.endswith(shown):
                 stats_columns[column] = None
     columns = [*fixed, *configs, *stats_columns]
-    if any("problem" in row for row in rows):
-        columns.append("problem")
+    columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
     frame = pd.DataFrame(rows, columns=columns)
     for when in ("started", "updated"):
         frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT

@@ -32,6 +32,8 @@ import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
+from .._store.names import run_names
+from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary
 from ._columns import refused_fact
 from ._runs import (
@@ -46,9 +48,7 @@ from ._runs import (
     folder_problem,
     load_summary,
     run_folder,
-    run_names,
     runs_dir,
-    store_root,
     try_lock,
 )
 
@@ -72,7 +72,7 @@ class Recorder:
     Forwards count from 0; facts that arrive after a forward's ``finished``
     and before the next forward begins (the Trainer's ``loss``, ``updated``)
     belong to that forward; facts before the first ``forward_began()`` belong
-    to forward 0.
+    to forward 0, as the first forward's do (they do not shift the numbering).
 
     ``config``: the run's configuration (a dict of JSON-like values: the
     learning rate, the layer sizes, the seed), kept in its summary and shown
@@ -85,8 +85,11 @@ class Recorder:
     run another Recorder of this process is recording (a notebook cell run
     again) is taken over: that Recorder is closed first.
     ``flush()`` returns once every fact handed over is on disk; ``close()``
-    (also at exit, and leaving a ``with`` block) marks the run finished; a
-    ``with`` block left by an exception marks it interrupted.
+    (and leaving a ``with`` block) marks the run finished. A run its owner
+    did not close is interrupted, with a ``cause`` where the process can
+    tell one: a ``with`` block left by an exception, or a script ended by
+    one (KeyboardInterrupt for ctrl-C / SIGINT), names the exception's type;
+    a process that exits without ``close()`` says so.
 
     A process killed outright (kill -9) loses at most the facts handed over
     since the last completed flush: the flusher runs every 0.25 s, so
@@ -114,7 +117,7 @@ class Recorder:
             config = _summary.config_json(config)  # before anything is written
         if run is not None:
             checked_name(run)
-        root = store_root(store, create=True)
+        root = _writable_root(store)
         named = run is not None
         while True:
             if not named:
@@ -142,6 +145,7 @@ class Recorder:
         self.folder = folder
         self._real = os.path.realpath(folder)
         self._pid = os.getpid()
+        self._error_before = _flusher.last_error()  # an error before this run began is not its cause
         self._pending: list = []
         self._flush_lock = threading.Lock()
         self._error: BaseException | None = None
@@ -212,7 +216,16 @@ class Recorder:
             del pending[:n]
 
     def close(self, state: str = "finished") -> None:
-        """Flush, mark the run ``state`` (finished) and let it go."""
+        """Flush, mark the run ``state`` (finished, or interrupted) and let it go."""
+        if state not in ("finished", "interrupted"):
+            raise SomatizeValueError(
+                f"close(state) marks a run 'finished' or 'interrupted'; got {state!r:.40}: "
+                f"write recorder.close() for a run that ended as it should"
+            )
+        self._end(state, None)
+
+    def _end(self, state: str, cause: str | None) -> None:
+        """Flush, mark the run ``state``, saying its ``cause`` when interrupted."""
         if self._closed:
             return
         try:
@@ -220,6 +233,9 @@ class Recorder:
                 self.flush()
                 with self._flush_lock:
                     self._summary["state"] = state
+                    self._summary.pop("cause", None)
+                    if cause is not None and state == "interrupted":
+                        self._summary["cause"] = cause
                     self._write_summary()
         except BaseException as e:
             self._fail(e)
@@ -231,7 +247,7 @@ class Recorder:
                 self._release()
         self._raise_if_unusable(closed_ok=True)
 
-    # -- a training resumed from kept state ---------------------------------
+    # -- a training resumed from what it kept --------------------------------
 
     @property
     def forwards(self) -> int:
@@ -240,7 +256,7 @@ class Recorder:
 
     def rewind(self, forwards: int) -> None:
         """Drop the facts of forward ``forwards`` on, durably, and number on
-        from there: a training resumed from state kept after that many
+        from there: a training resumed from what it kept after that many
         forwards does them again, and the run reads as one, with no forward
         twice (``Trainer`` calls it when it resumes). Refuses to go forward."""
         if isinstance(forwards, bool) or not isinstance(forwards, int) or forwards < 0:
@@ -252,7 +268,7 @@ class Recorder:
             if forwards > have:
                 raise SomatizeValueError(
                     f"run {self.run!r} holds {have} forwards, fewer than the {forwards} to rewind to: "
-                    f"this record is not the one the state was kept with; resume into the run it was "
+                    f"this record is not the one the training was kept with; resume into the run it was "
                     f"kept with, or start the training again"
                 )
             if forwards == have:
@@ -272,18 +288,22 @@ class Recorder:
             except BaseException as e:
                 self._fail(e)
                 self._raise_if_unusable()
-            self._forward, self._has_facts = max(forwards - 1, 0), forwards > 0
+            self._forward, self._has_facts = max(forwards - 1, 0), True if forwards > 0 else None
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, value, tb):
-        self.close("finished" if kind is None else "interrupted")
+        if kind is None:
+            self.close()
+        else:
+            self._end("interrupted", _summary.cause_of(value))
 
     def __repr__(self):
         s = self._summary
-        state = "stopped" if self._error is not None else "closed" if self._closed else "running"
-        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}, state={state})"
+        # the Recorder's own condition; the run's state is what runs() says
+        how = ", stopped by a failed flush" if self._error is not None else ", closed" if self._closed else ""
+        return f"Recorder(run={self.run!r}, forwards={s['forwards']}, facts={s['facts']}{how})"
 
     # -- what a query in this process reads ----------------------------------
 
@@ -343,7 +363,7 @@ class Recorder:
         append_durably(self._fd(LOG), batch.data)
         series = summary["series"]
         for name, (forwards, values) in batch.points.items():
-            data = _summary.points_bytes(forwards, values)
+            data = _log.points_bytes(forwards, values)
             append_durably(self._fd(_log.series_file(Path(SERIES), name)), data)
             hasher = self._hashers.get(name)
             if hasher is None:
@@ -426,12 +446,13 @@ class Recorder:
         if old is None and config is not None:
             summary["config"] = config
         summary.update(run=run, state="running", pid=self._pid, host=socket.gethostname(), updated=now)
+        summary.pop("cause", None)
         for name in summarising:
             summary["summarising"].setdefault(name, {"count": 0, "first": None, "last": None, "min": None, "max": None})
         self._summary = summary
         self._log_bytes = summary["log_bytes"]
         self._forward = max(summary["forwards"] - 1, 0)
-        self._has_facts = summary["forwards"] > 0
+        self._has_facts = True if summary["forwards"] > 0 else None  # None: no forward began (see _group)
         self._write_summary()
         if replay:
             batch = _Batch()
@@ -464,16 +485,21 @@ def _copy(summary):
 
 def _group(batch, forward, has):
     """([(forward, [facts])], forward, has) from pending facts and forward
-    markers, numbering on from ``forward`` (``has``: it holds facts)."""
+    markers, numbering on from ``forward`` (``has``: it holds facts; None: no
+    forward has begun in this run yet, so the facts so far belong to forward
+    0 and the first forward is forward 0 too, whatever came before it: an
+    evaluation or the instruments' first facts never shift the numbering)."""
     groups = []
     start = 0
     for mark in [i for i, fact in enumerate(batch) if fact is None] + [None]:
         stop = len(batch) if mark is None else mark
         if stop > start:
             groups.append((forward, batch[start:stop]))
-            has = True
-        if mark is not None and has:  # the next forward begins
-            forward += 1
+            if has is not None:
+                has = True
+        if mark is not None:
+            if has:  # the next forward begins
+                forward += 1
             has = False
         start = stop + 1
     return groups, forward, has
@@ -520,11 +546,20 @@ class _Batch:
         self.last = -1
 
 
+def _writable_root(store) -> Path:
+    """The folder of the store a Recorder writes into: a path is opened (made
+    when missing) as the store's one ``as_store``; a read-only Store is refused."""
+    store = as_store(store)
+    if store.readonly:
+        raise StoreNotWritable(
+            f"a Recorder writes into its store, and {store!r} was opened read-only: "
+            f"write Recorder(Store({str(store.path)!r}), ...)"
+        )
+    return Path(store.path)
+
+
 def _free_name(root, run):
-    try:
-        taken = set(run_names(root))
-    except DamagedError:
-        taken = set()
+    taken = set(run_names(root, links_too=True))
     n = 2
     while f"{run}-{n}" in taken:
         n += 1

@@ -21,7 +21,7 @@ from .._base.errors import DamagedError
 from .._store.files import replace, sync_dir, write_temp
 from . import _files, _log
 from ._runs import INDEX, LOG, SERIES
-from ._summary import points_bytes, summarise
+from ._summary import summarise
 
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -80,7 +80,7 @@ def rebuild(folder, summary: dict, run: str):
 
 def cut(folder, summary: dict, run: str, forwards: int):
     """Cut the committed record back to its first ``forwards`` forwards (a
-    training resumed from state kept there does them again). Writes the
+    training resumed from what it kept there does them again). Writes the
     index and the series of what stays and updates ``summary`` (counts,
     nodes, summarised facts, ``log_bytes``: where the log is to be cut) for
     the caller to write, then to truncate the log. Returns (head, hashers):
@@ -135,7 +135,7 @@ def _write_derived(folder, summary, points, index):
     hashers = {}
     summary["series"] = {}
     for name, (forwards, values) in points.items():
-        data = points_bytes(forwards, values)
+        data = _log.points_bytes(forwards, values)
         _write(series_dir, _log.series_file(series_dir, name), data)
         summary["series"][name] = [len(data), _log.checksum(data)]
         hashers[name] = xxhash.xxh3_64(data)

@@ -6,7 +6,7 @@ others list as ever. Only regular files in real folders of the store are read:
 ``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
 each file without following one). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
-process died ("interrupted"). POSIX locks belong to a process and closing any
+process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
 descriptor of the file drops them, so a run recorded by this very process is
 never probed through its lock file: the in-process registry ``LIVE`` answers
 for it, from memory (a query never makes a live Recorder write).
@@ -24,16 +24,15 @@ from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._store import files as _store_files
-from .._store.names import RUN_NAME
+from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
-from ._summary import MAX_BYTES, Broken, parse
+from ._summary import LOST, MAX_BYTES, Broken, parse
 
 SUMMARY = "summary.json"
 LOCK = "lock"
 LOG = "facts.log"
 INDEX = "index.bin"
 SERIES = "series"
-NAME_LIMIT = 200  # characters of a run name: a folder name is at most 255 bytes
 
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
@@ -45,36 +44,19 @@ _PARSED_LIMIT = 200_000
 _PARSED_LOCK = threading.Lock()
 
 
-def store_root(store, create: bool = False) -> Path:
-    """The root folder of a Store, or of a path naming one. Reading a path
-    opens nothing and writes nothing (``Store(path)`` would make one)."""
-    from .._store.names import store_root as root_of
-
-    if not create:
-        return root_of(store)
-    from .._store.store import StoreNotWritable, as_store
-
-    store = as_store(store)
-    if store.readonly:
-        raise StoreNotWritable(
-            f"a Recorder writes into its store, and {store!r} was opened read-only: "
-            f"write Recorder(Store({str(store.path)!r}), ...)"
-        )
-    return Path(store.path)
-
-
 def checked_name(run) -> str:
-    if not isinstance(run, str) or not RUN_NAME.fullmatch(run) or run in (".", ".."):
-        raise SomatizeValueError(
-            f"run name {run!r:.80} is not allowed: use letters, digits, '.', '_' and '-' "
-            f"(no '/' or spaces), e.g. run=\"a-run\""
-        )
-    if len(run) > NAME_LIMIT:
+    """``run``, when it may name a run (``is_run_name``); else the error saying what to write."""
+    if is_run_name(run):
+        return run
+    if isinstance(run, str) and len(run) > RUN_NAME_LIMIT:
         raise SomatizeValueError(
             f"run name {run[:40]!r}… is {len(run)} characters long; a run name is at most "
-            f"{NAME_LIMIT} (it names a folder): shorten it"
+            f"{RUN_NAME_LIMIT} (it names a folder): shorten it"
         )
-    return run
+    raise SomatizeValueError(
+        f"run name {run!r:.80} is not allowed: use letters, digits, '.', '_' and '-' "
+        f"(no '/' or spaces), e.g. run=\"a-run\""
+    )
 
 
 def runs_dir(root: Path) -> Path | None:
@@ -92,18 +74,6 @@ def runs_dir(root: Path) -> Path | None:
             f"away (nothing was read through it) and run `somatize check {root}`"
         )
     return path
-
-
-def run_names(root: Path) -> list[str]:
-    """The names of the run folders of the store at ``root``, sorted."""
-    where = runs_dir(root)
-    if where is None:
-        return []
-    try:
-        found = _store_files.entries(root, ("runs",))
-    except (OSError, _store_files.Refused):
-        return []
-    return sorted(n for n, _ in found if RUN_NAME.fullmatch(n) and n not in (".", ".."))
 
 
 def run_folder(root: Path, run: str) -> Path:
@@ -280,12 +250,14 @@ def summaries(store, names=None, identities=None) -> list[dict]:
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
     "damaged" and a "problem" saying why. ``names``: only those runs (names
-    a caller found in ``run_names``), so a page of a long listing reads only
+    a caller found in ``_store.names.run_names``), so a page of a long listing reads only
     its own summaries. ``identities``: a list to which the identity of each
     listed run's summary.json is appended (None for a run answered from
     memory or damaged), for a caller that keeps what it made of a run."""
     root = store_root(store)
-    names = run_names(root) if names is None else names
+    if names is None:
+        runs_dir(root)  # a runs/ that is a link or a file is damage, said so
+        names = run_names(root, links_too=True)  # a run that is a link lists, as damaged
     where = os.path.join(root, "runs")
     with LIVE_LOCK:
         live = dict(LIVE)
@@ -338,6 +310,6 @@ def _summaries(where, names, live, fd, idents) -> list[dict]:
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
         elif summary["state"] == "running" and not holder_alive(folder):
-            summary["state"] = "interrupted"
+            summary["state"], summary["cause"] = "interrupted", LOST
         out.append(summary)
     return out

@@ -10,6 +10,7 @@ integrity: it names the bytes of each file a completed flush wrote and the
 xxh3 checksum of the index and of each series over those bytes.
 
     {"format": 2, "run", "state": "running"|"finished"|"interrupted",
+     "cause" (only when interrupted: why, as far as the process could tell),
      "started", "updated", "pid", "host",
      "forwards", "facts", "log_bytes",
      "index": [bytes, xxh3], "series": {name: [bytes, xxh3]},
@@ -27,6 +28,9 @@ from __future__ import annotations
 FORMAT = 2
 TOOK = "finished/took_us"  # the series of whole-forward times
 STATES = ("running", "finished", "interrupted")
+CAUSE_LIMIT = 300  # characters of a cause kept: the exception's type and the start of its message
+EXITED = "its process exited without close() (a with block, or close(), marks a run finished)"
+LOST = "its process ended without closing it (killed: kill -9, SIGTERM, out of memory; or the machine stopped)"
 MAX_BYTES = 1 << 24  # a summary larger than this is not one we wrote
 POINT_BYTES = 16  # a series record: forward int64, value float64 (_log.POINT)
 _NODE_KINDS = frozenset(("ran", "recalled", "kept"))
@@ -56,6 +60,16 @@ def new(run: str, now: float) -> dict:
         "nodes": {},
         "config": {},
     }
+
+
+def cause_of(error: BaseException) -> str:
+    """Why a run was interrupted, said of the exception that ended it: its
+    type, then the start of its message (KeyboardInterrupt names its signal)."""
+    if isinstance(error, KeyboardInterrupt):
+        return "KeyboardInterrupt (ctrl-C or SIGINT)"
+    text = str(error).strip()
+    said = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return said if len(said) <= CAUSE_LIMIT else said[: CAUSE_LIMIT - 1] + "…"
 
 
 def _number(v) -> bool:
@@ -120,6 +134,8 @@ def parse(raw: bytes) -> dict:
     for field, ok, what in _FIELDS:
         if not ok(s.get(field, _MISSING)):
             raise Broken(f"field {field!r} must be {what}, it holds {s.get(field, 'nothing')!r:.60}")
+    if not isinstance(s.get("cause", ""), str):
+        raise Broken(f"field 'cause' must be a str, it holds {s['cause']!r:.60}")
     log_bytes, facts = s["log_bytes"], s["facts"]
     if facts > log_bytes or s["forwards"] > facts:  # a fact takes a byte or more, a forward a fact or more
         raise Broken(f"counts {s['forwards']} forwards and {facts} facts in a {log_bytes}-byte log: "
@@ -301,20 +317,3 @@ def _fold(s, value):
         s["max"] = value
     s["count"] += 1
     s["last"] = value
-
-
-def points_bytes(forwards: list, values: list) -> bytes:
-    """Series records; a value too large for a float64 becomes ±inf."""
-    from . import _log
-
-    try:
-        return _log.points_bytes(forwards, values)
-    except (OverflowError, TypeError, ValueError):
-        return _log.points_bytes(forwards, [_as_float(v) for v in values])
-
-
-def _as_float(v) -> float:
-    try:
-        return float(v)
-    except OverflowError:
-        return float("inf") if v > 0 else float("-inf")

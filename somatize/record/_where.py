@@ -19,7 +19,7 @@ row (``_columns.row``). A query may come from a shared notebook or a URL.
 ``False``, ``None`` are ``true``, ``false``, ``null``. A comparison has a
 column on at least one side. Columns (``_columns``): the fixed ones (``run``,
 ``state``, ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
-``duration``, ``host``, ``pid``, ``problem``, and ``age``: seconds since the
+``duration``, ``host``, ``pid``, ``cause``, ``problem``, and ``age``: seconds since the
 run's last update, at the moment the query is asked), ``config.<key>``, and
 ``<fact>.last|best|min|max|first|count`` of each summarised fact. A run's
 count of findings is not a column (diagnosing costs milliseconds a run).
@@ -58,7 +58,7 @@ MAX_LENGTH = 4_000
 MAX_DEPTH = 32
 MAX_LIST = 1_000
 MAX_NUMBER = 40  # characters of one number
-NAMES = (*FIXED, "problem", "age")
+NAMES = (*FIXED, "cause", "problem", "age")
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 _KEYWORDS = {"and": "and", "or": "or", "not": "not", "in": "in"}
 _CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}

@@ -60,8 +60,9 @@ from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers
-from . import _state
+from . import _evaluate, _state
 from ._instruments import Instruments, due
+from ._modes import Modes
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
 # Which steps say their clocks (wall_s and the three parts): the first
@@ -149,6 +150,7 @@ class Trainer:
             )
         if not_frozen_in_torch(g):
             freeze(g)
+        self._modes = Modes(g)
         self._params = params
         self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
         self._graph_forward = g.forward
@@ -174,6 +176,7 @@ class Trainer:
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
+        self._modes.train()  # frozen nodes' modules in eval mode, the others' in train mode
         # Whether this step says its clocks (CLOCKS_*): only such a step is
         # timed part by part; the others time only their forwards.
         clocks = self._watched and (
@@ -349,6 +352,19 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return self
+
+    # -- evaluation (see _evaluate.py)
+    def evaluate(self, batches, metrics=None):
+        """The objective and ``metrics`` on ``batches`` (pairs ``(x, y)``, as
+        ``step`` takes), each the mean over all their examples, under
+        ``torch.no_grad()`` with every module in eval mode (each given back
+        its mode after). ``metrics``: names (``("accuracy",)``) or a dict of
+        name -> ``fn(output, y)`` returning the batch's mean. Said to the
+        watchers as ``val_loss``, ``val_<name>`` and ``eval_us`` at the
+        current step; ``Live`` and ``progress`` draw them beside the loss.
+        No weight, no random stream of training and no forward's number
+        moves. Returns ``{"val_loss": v, "val_<name>": v, ...}``."""
+        return _evaluate.evaluate(self, batches, metrics)
 
     # -- weights
     def export(self):

@@ -37,6 +37,27 @@ def _node_params(node):
     return got
 
 
+def _held(node):
+    """(name, value) of every torch module and tensor ``node`` holds as an
+    attribute, in a list, tuple or dict (str keys) too; the engine's own
+    attributes (``_sz_*``) left out. The node is never asked."""
+
+    def walk(prefix, v):
+        if isinstance(v, (torch.nn.Module, torch.Tensor)):
+            yield prefix, v
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                yield from walk(f"{prefix}.{i}", item)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if isinstance(k, str):
+                    yield from walk(f"{prefix}.{k}", item)
+
+    for attr, v in vars(node).items():
+        if not attr.startswith("_sz_"):
+            yield from walk(attr, v)
+
+
 def state(node):
     """The named tensors of one node: every torch module, parameter or buffer
     it holds as an attribute (a list or dict of modules too), then any tensor
@@ -48,25 +69,25 @@ def state(node):
             seen.add(id(t))
             out[name] = t
 
-    def walk(prefix, v):
+    for prefix, v in _held(node):
         if isinstance(v, torch.nn.Module):
             for k, t in v.state_dict(keep_vars=True).items():
                 add(f"{prefix}.{k}", t)
-        elif isinstance(v, torch.Tensor):
+        else:
             add(prefix, v)
-        elif isinstance(v, (list, tuple)):
-            for i, item in enumerate(v):
-                walk(f"{prefix}.{i}", item)
-        elif isinstance(v, dict):
-            for k, item in v.items():
-                if isinstance(k, str):
-                    walk(f"{prefix}.{k}", item)
-
-    for attr, v in vars(node).items():
-        if not attr.startswith("_sz_"):
-            walk(attr, v)
     for i, p in enumerate(_node_params(node)):
         add(f"parameters.{i}", p)
+    return out
+
+
+def modules(node):
+    """The torch modules ``node`` holds (found as ``state`` finds its
+    weights), each once: what is put in train or eval mode for it."""
+    out, seen = [], set()
+    for _, v in _held(node):
+        if isinstance(v, torch.nn.Module) and id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
     return out
 
 
@@ -103,6 +124,9 @@ def freeze(g):
     stop taking gradients, and the digest of each one's weights enters its
     fingerprint, with a check the engine runs before it serves a cache.
 
+    A frozen node's torch modules are put in eval mode (BatchNorm's running
+    statistics stay still, dropout is off); the Trainer keeps them there.
+
     Returns ``g``. Call it again after loading new weights into a frozen node.
     What is caught afterwards: an optimizer step or any in-place update
     through the tensor, ``p.data = ...``, a module or parameter swapped; and,
@@ -116,6 +140,8 @@ def freeze(g):
         named = state(node)  # may be empty: freezing is also the promise that
         for p in _node_params(node):  # the node's other state is settled
             p.requires_grad_(False)
+        for m in modules(node):
+            m.train(False)  # eval mode (Module.eval is train(False))
         _engine.set_weights(node, digest_tensors(named), _still(node, named))
     return g
 

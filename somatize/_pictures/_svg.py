@@ -32,7 +32,7 @@ SERIES = ["var(--jp-brand-color1, #2563eb)", "var(--jp-warn-color1, #ea580c)", "
           "var(--jp-accent-color1, #9333ea)", "var(--jp-info-color1, #0891b2)", "var(--jp-error-color1, #be123c)",
           "var(--jp-warn-color2, #ca8a04)", "var(--jp-ui-font-color2, #4b5563)"]
 STATE = {"waiting": "var(--jp-ui-font-color2, #6b7280)", "running": SERIES[0],
-         "finished": "var(--jp-success-color1, #16a34a)", "failed": "var(--jp-error-color1, #dc2626)"}
+         "finished": "var(--jp-success-color1, #16a34a)", "interrupted": "var(--jp-error-color1, #dc2626)"}
 SLOW = "var(--jp-warn-color1, #ea580c)"
 BAD = "var(--jp-error-color1, #dc2626)"
 OVERHEAD = "var(--jp-ui-font-color3, #9ca3af)"
@@ -52,11 +52,8 @@ def duration_us(us):
     """Microseconds as a human reads them: µs, ms or s."""
     if us is None:
         return "—"
-    if us >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
+    size, unit = next(((size, unit) for size, unit in ((1e6, "s"), (1e3, "ms")) if us >= size), (1, "µs"))
+    return f"{us / size:.3g} {unit}"
 
 
 def seconds(s):
@@ -135,6 +132,9 @@ def line_chart(data, *, width=WIDE, height=260):
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             parts.append(f'<polyline class="curve" clip-path="url(#{clip})" points="{path}" '
                          f'style="fill:none;stroke:{s["color"]};stroke-width:1.75;stroke-linejoin:round"/>')
+            if s.get("dots"):
+                parts.extend(f'<circle class="dot" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" '
+                             f'style="fill:{s["color"]}"/>' for x, y in pts)
     for m in data["marks"]:
         X = px(m["x"])
         parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '
@@ -195,7 +195,7 @@ def stats_row(items):
 
 
 def live_html(snap):
-    state = snap["state"] + (f" ({snap['error']})" if snap.get("error") else "")
+    state = snap["state"] + (f" ({snap['cause']})" if snap.get("cause") else "")
     stats = stats_row([(label, value) for _, label, value in live_stats(snap)])
     return boxed(stats + line_chart(snap["chart"]), snap["title"], (state, STATE.get(snap["state"], MUTED)))
 

@@ -1,6 +1,8 @@
 """The diagnosis panel: a run's findings at a glance, worst first, each
 linked to the curve that shows it with the threshold that decided it.
 
+It belongs to the diagnosis, not to the widgets: a static picture, no
+Jupyter, so ``Findings`` shows it with no import upward (``_pictures`` draws).
 The rule it keeps: it draws what ``somatize.diagnose`` found and the curves
 it read, nothing else; it reads the record, never the model. The picture is
 built once, in Python: HTML with each curve an SVG carried as an
@@ -15,8 +17,9 @@ import base64
 import math
 from html import escape
 
+from .._pictures import _svg
 from ..record import _chart
-from . import _svg
+from ._findings import curve
 
 SHOWN = 8  # curves drawn at most: the worst findings'; the rest are listed
 POINTS = 1000  # points a curve is thinned to
@@ -38,8 +41,6 @@ def _thin(series):
 def curve_svg(store, run, finding):
     """The curve that shows ``finding``: all of it in blue, the steps where
     it holds in the finding's colour, the threshold as a red line."""
-    from somatize._diagnose import curve
-
     shown = _thin(curve(store, run, finding))
     kind = finding.curve.split("/")[0]
     finite = shown[shown.map(math.isfinite)]

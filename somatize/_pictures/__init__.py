@@ -1,0 +1,9 @@
+"""Static pictures: SVG and HTML drawn in Python, with no script and no
+Jupyter, which every panel carries as its fallback and the diagnosis shows
+as it is (what GitHub, nbviewer and nbconvert display).
+
+The rule this layer keeps: it draws what it is handed (a chart's data from
+``record/_chart``, bars, a graph's boxes) and reads nothing itself. It sits
+above the record and below what shows pictures (``_diagnose``, ``_widgets``),
+so both may import it. It imports ``record`` (``_chart``) only.
+"""
