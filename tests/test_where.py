@@ -355,6 +355,9 @@ def test_the_error_names_the_place_and_what_was_expected():
     assert e.value.position == 6
     with pytest.raises(QueryError, match=r"loss\.last, loss\.best"):
         Query("loss < 0.1")
+    with pytest.raises(QueryError, match="control characters") as e:
+        Query('state == "fin\x00ished"')  # the quote is closed: the place is the control character's
+    assert e.value.position == 13 and "\x00" not in str(e.value).split("\n", 1)[1]
 
 
 def test_runs_refuses_a_bad_query_before_reading_anything(tmp_path):

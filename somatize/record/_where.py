@@ -81,7 +81,7 @@ _COLUMN = "a column (state, config.lr, loss.best, …)"
 
 def _shown(query: str, at: int) -> str:
     """The query on one line with a caret under character ``at``."""
-    line = re.sub(r"[\t\r\n]", " ", query)
+    line = re.sub(r"[\x00-\x1f\x7f]", " ", query)  # one line, nothing that moves the caret
     start = max(0, at - 50)
     cut = line[start: at + 50]
     lead = "…" if start else ""
@@ -115,6 +115,11 @@ def _tokens(query: str) -> list[tuple[str, object, int, str]]:
                       "names are ASCII letters, digits, _ and /: write any other name between backticks "
                       "(`…`) and any other text between quotes")
             if char in "\"'`":
+                end = query.find(char, at + 1)
+                for i in range(at + 1, end if end > 0 else len(query)):
+                    if query[i] < " ":
+                        _fail(query, i, "text without control characters between quotes", repr(query[i]),
+                              "write \\n or \\t for a new line or a tab")
                 _fail(query, at, f"a closing {char} on the same line" if char != "`" else "a name of 1 to 200 "
                       "characters between backticks", "an unclosed quote")
             _fail(query, at, f"{_COLUMN}, {_VALUE}, a parenthesis or an operator", repr(char),
