@@ -700,7 +700,7 @@ def _row(root: str, s: dict) -> dict:
         "summarising": {k: {**{f: v.get(f) for f in ("count", "first", "last", "min", "max")}, "best": best(k, v)}
                         for k, v in facts.items()},
         "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
-        # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in _summary
+        # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in record/_columns
         "config": config_columns(s.get("config") or {}, prefix=""),
     })
     return row
