@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.codecs import register_codec as register_codec
+    from ._base.errors import CodecError as CodecError
     from ._base.errors import DamagedError as DamagedError
+    from ._base.errors import MissingExtra as MissingExtra
     from ._base.errors import NodeError as NodeError
+    from ._base.errors import NonFiniteLoss as NonFiniteLoss
     from ._base.errors import QueryError as QueryError
     from ._base.errors import SomatizeError as SomatizeError
+    from ._base.errors import SomatizeKeyError as SomatizeKeyError
+    from ._base.errors import SomatizeTypeError as SomatizeTypeError
+    from ._base.errors import SomatizeValueError as SomatizeValueError
     from ._base.errors import StoreNotWritable as StoreNotWritable
     from ._base.errors import WatcherError as WatcherError
     from ._base.values import Data as Data
@@ -25,7 +31,13 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from .record._recorder import Recorder as Recorder
 
 _WHERE = {
+    "CodecError": "._base.errors",
     "DamagedError": "._base.errors",
+    "MissingExtra": "._base.errors",
+    "NonFiniteLoss": "._base.errors",
+    "SomatizeKeyError": "._base.errors",
+    "SomatizeTypeError": "._base.errors",
+    "SomatizeValueError": "._base.errors",
     "Data": "._base.values",
     "Graph": "._graph.engine",
     "Node": "._graph.engine",

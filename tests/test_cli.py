@@ -229,7 +229,7 @@ def test_runs_that_is_a_file_is_reported_not_a_traceback(tmp_path):
     for command in ("runs", "check"):
         done = somatize(command, store.path)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert "runs is not a folder" in done.stdout + done.stderr
+        assert "runs is a file, not a folder" in done.stdout + done.stderr
 
 
 def test_runs_with_thousands_of_summarised_facts_shows_a_few_and_says_so(tmp_path):

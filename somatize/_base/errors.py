@@ -1,10 +1,14 @@
 """One exception family, in one place. Every error says what happened, names
 the offending thing, and says what to write instead.
 
-Each error a user may want to catch is public: ``somatize`` re-exports
-``SomatizeError``, ``NodeError``, ``WatcherError``, ``DamagedError``,
-``StoreNotWritable`` and ``QueryError``. The others subclass the matching builtin (``TypeError``,
-``ValueError``, ``KeyError``, ``ImportError``) and are caught as those."""
+Every error somatize raises on purpose is public: ``somatize`` re-exports
+each class here, so ``except somatize.CodecError:`` works as
+``except SomatizeError:`` does (tests/test_public_api.py walks every
+``raise`` of the package to keep it so). Each also subclasses the matching
+builtin (``TypeError``, ``ValueError``, ``KeyError``, ``ImportError``…), so
+code that catches the builtin keeps working. The server extension's own
+refusals (``_server._browse``) are answered as HTTP statuses and never reach
+a Python caller."""
 
 
 class SomatizeError(Exception):
@@ -12,14 +16,17 @@ class SomatizeError(Exception):
 
 
 class SomatizeTypeError(SomatizeError, TypeError):
-    pass
+    """A value of the wrong type was passed; the message names the one expected."""
 
 
 class SomatizeValueError(SomatizeError, ValueError):
-    pass
+    """A value of the right type that somatize cannot take (a name not
+    allowed, a number out of range, a value too large to recall)."""
 
 
 class SomatizeKeyError(SomatizeError, KeyError):
+    """No such name, run, curve or object; the message names close ones."""
+
     def __str__(self):  # KeyError quotes its message; ours is a sentence
         return str(self.args[0]) if self.args else ""
 
@@ -64,3 +71,9 @@ class MissingExtra(SomatizeError, ImportError):
             f'Install it with: pip install "somatize[{extra}]"{hint}',
             name=package,
         )
+
+
+class NonFiniteLoss(SomatizeError, FloatingPointError):
+    """The objective returned nan or inf; nothing was updated. ``step`` is
+    the step's index, ``loss`` the value. Raised by ``somatize.torch.Trainer``;
+    defined here so that it can be caught without importing torch."""

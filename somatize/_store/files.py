@@ -200,8 +200,9 @@ class Refused(Exception):
     FIFO, a device, a folder where a file belongs, a file too large); the
     message says what it is. The caller names the path and the fix."""
 
-    def __init__(self, kind, belongs=None):
+    def __init__(self, kind, belongs=None, part=None):
         self.kind = kind  # "a link", "a FIFO", "a file", "a folder", …
+        self.part = part  # the folder on the way that is not one (open_dir), or None
         super().__init__(kind if belongs is None else f"{kind}, where a {belongs} belongs")
 
 
@@ -227,19 +228,27 @@ def open_dir(root, parts):
     part is a link or not a folder, FileNotFoundError where one is missing."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts:
-            try:
-                below = os.open(part, _DIR, dir_fd=fd)
-            except (NotADirectoryError, OSError) as e:
-                if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                raise Refused(_kind(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode), "folder") from None
+        for at, part in enumerate(parts):
+            below = open_below(fd, part, os.path.join(*parts[: at + 1]))
             os.close(fd)
             fd = below
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def open_below(fd, part, where=None):
+    """A descriptor of the folder ``part`` in the folder open as ``fd``, not
+    followed; ``Refused`` (its ``part`` being ``where``, or ``part``) when it
+    is a link or no folder, FileNotFoundError when it is missing."""
+    try:
+        return os.open(part, _DIR, dir_fd=fd)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError) or e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+        raise Refused(_kind(mode), "folder", where or part) from None
 
 
 def lstat_in(root, parts):
@@ -256,7 +265,7 @@ def regular_size(path, dir_fd=None):
     given; its last part not followed); None when there is none. Raises
     ``Refused`` for a link or anything else."""
     try:
-        st = os.lstat(path, dir_fd=dir_fd)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
@@ -299,11 +308,17 @@ def open_regular(root, parts):
     either; a device is never even opened (lstat first)."""
     folder = open_dir(root, parts[:-1])
     try:
-        if not stat.S_ISREG(mode := os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode):
-            raise Refused(_kind(mode), "file")
-        return open_file(parts[-1], folder)
+        return open_in(folder, parts[-1])
     finally:
         os.close(folder)
+
+
+def open_in(folder_fd, name):
+    """``open_file`` of ``name`` in the folder ``folder_fd`` (opened by
+    ``open_dir``); a device is never even opened (lstat first)."""
+    if not stat.S_ISREG(mode := os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+        raise Refused(_kind(mode), "file")
+    return open_file(name, folder_fd)
 
 
 def pread_all(fd, limit, start=0, size=None):

@@ -41,7 +41,14 @@ copy, and the returned arrays are writable without touching the file. This
 leans on objects being immutable, which the store guarantees for its own writes.
 
 A leaf referenced many times by one manifest is read and decoded once, and
-the references share the one value (as they share one object).
+the references share the one value (as they share one object). What the
+references would materialise is still bounded before anything is built: a
+manifest of a few hundred kilobytes can refer 4,000 times to one 1 MB leaf,
+and whatever copies the value it hands back (a list comprehension,
+``np.stack``, sending it) would then hold 4 GB. So a recall first counts,
+from the tree and the sizes of the leaf files, the bytes that repeated
+references add to those present, and refuses past ``repeated_limit`` (1 GiB
+by default; ``recall(name, repeated_limit=...)`` raises it).
 
 Hostile by default: below the root nothing is followed (no link, out or in),
 only regular files are read, each of a size its format allows, and a FIFO
@@ -87,7 +94,7 @@ from . import files as _files
 from .check import check as _check
 from .files import MAP_AT, FileInTheWay, Refused
 from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root
-from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, split
+from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, references, split
 from .writer import Writer, direct_io_default
 
 FORMAT = 2  # its objects may be SMZ2, which a reader of format 1 would call damaged
@@ -96,6 +103,7 @@ _OWN = {MARKER, "objects", "names", "runs", "tmp"}
 _STALE_TMP_S = 3600
 _CLOSE_AMONG = 5000  # names compared when suggesting close ones
 _SMALL_FILE = 1024  # the most bytes a marker or a ref may hold (a ref is 71)
+REPEATED_LIMIT = 1 << 30  # bytes repeated references may add to a recalled value (see the docstring)
 _opened = {}  # (root, readonly) -> Store: as_store opens a path once per process
 
 
@@ -404,9 +412,20 @@ class Store:
         """The digest ``put(value)`` would return; writes nothing."""
         return digest_of(value)
 
-    def recall(self, name_or_digest):
-        """The value kept under a name, or under a digest ``"sha256:…"``."""
+    def recall(self, name_or_digest, repeated_limit=REPEATED_LIMIT):
+        """The value kept under a name, or under a digest ``"sha256:…"``.
+
+        ``repeated_limit``: the most bytes that references to a leaf already
+        referenced may add (a value holding one 1 MB array 3 times adds 2 MB;
+        each reference is the same array, never a copy). Past it the recall
+        is refused before any leaf is read: a store handed to you could
+        hold a reference bomb. ``None``: no limit."""
         key = name_or_digest
+        if repeated_limit is not None and (type(repeated_limit) is not int or repeated_limit < 0):
+            raise SomatizeTypeError(
+                f"recall(repeated_limit={repeated_limit!r:.60}) takes a number of bytes (an int >= 0) "
+                "or None for no limit, like repeated_limit=4 << 30"
+            )
         if not isinstance(key, str):
             raise SomatizeTypeError(
                 f"recall takes a name or a digest (str); got {type(key).__name__} {key!r:.60}. "
@@ -431,6 +450,8 @@ class Store:
         if not isinstance(meta, dict) or "tree" not in meta:
             raise DamagedError(f"{self._what(digest, name)} is damaged: a manifest without a tree. {_FIX}")
         what = self._what(digest, name)
+        if repeated_limit is not None:
+            self._refuse_repeats(meta["tree"], key, what, repeated_limit)
         leaves = {}  # digest -> value: a leaf referenced again is not read again
 
         def fetch(leaf):
@@ -442,6 +463,34 @@ class Store:
             return build(meta["tree"], fetch, lambda c, m, b: self._decode(c, m, b, what))
         except Damaged as e:
             raise DamagedError(f"{what} is damaged: {e}. {_FIX}") from None
+
+    def _refuse_repeats(self, tree, key, what, limit):
+        """Raise when the references of ``tree`` to leaves it already
+        references would add more than ``limit`` bytes: counted from the tree
+        and one lstat a leaf, before any leaf is read."""
+        counts = {}
+        for leaf in references(tree):
+            if type(leaf) is str:  # anything else: build says it is damaged
+                counts[leaf] = counts.get(leaf, 0) + 1
+        repeated, present, refs, leaves = 0, 0, 0, 0
+        for leaf, n in counts.items():
+            if n == 1 or not DIGEST.fullmatch(leaf):
+                continue  # a leaf referenced once adds only the bytes present
+            try:
+                size = _files.lstat_in(self.path, ("objects", leaf[7:9], leaf[9:])).st_size
+            except (OSError, Refused):
+                continue  # missing, or not a file: reading it says what is wrong
+            repeated += (n - 1) * size
+            present, refs, leaves = present + size, refs + n, leaves + 1
+        if repeated > limit:
+            raise SomatizeValueError(
+                f"{what} was not recalled: it references {leaves:,} leaf object(s) of {_gb(present)} "
+                f"{refs:,} times, which would hand back {_gb(present + repeated)}; the repeats add "
+                f"{_gb(repeated)}, more than repeated_limit={limit:,} bytes. Each repeat would be the "
+                "same value, not a copy, but whatever copies the value would hold it all: a store "
+                "someone handed you may hold such a reference bomb. If you trust this store, raise "
+                f"the limit: store.recall({key!r}, repeated_limit={_above(repeated)})"
+            )
 
     def _recall_leaf(self, leaf, manifest, name):
         if not DIGEST.fullmatch(leaf):
@@ -541,6 +590,15 @@ class Store:
         name. Never raises for what it finds on disk."""
         return _check(self)
 
+
+
+def _gb(n):
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def _above(n):
+    """A limit written as a person would, just above ``n`` bytes: ``8 << 30``."""
+    return f"{-(-n >> 30)} << 30"
 
 
 _FIX = (

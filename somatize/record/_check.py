@@ -45,9 +45,11 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes: list[str] = []
     try:  # the run's folder is opened without following a link, like every file in it
-        kinds = dict(_store_files.entries(folder.parent, (folder.name,)))
+        kinds = dict(_files.entries(folder))
     except FileNotFoundError:
         kinds = {}
+    except _files.NotAFile as e:  # made a link since the lstat above
+        return [f"run {run!r}: {e}; move it away"], []
     for name in (SUMMARY, LOG, INDEX, LOCK, SERIES):
         if name not in kinds:
             continue

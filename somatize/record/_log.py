@@ -28,7 +28,6 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError
-from .._store import files as _store_files
 from . import _files
 
 MAGIC = b"SMZB"
@@ -296,7 +295,7 @@ def _as_float(v) -> float:
 
 def series_names(folder: Path) -> list[str]:
     try:  # series/ itself is not followed either
-        listed = _store_files.entries(folder.parent, (folder.name,))
-    except (OSError, _store_files.Refused):
+        listed = _files.entries(folder)
+    except (OSError, _files.NotAFile):
         return []
     return sorted(unquote(f[:-4]) for f, _ in listed if f.endswith(".bin"))

@@ -3,8 +3,9 @@
 The rule kept here: listing runs reads one small ``summary.json`` per run and
 never a fact; a run whose summary does not read lists as "damaged" and the
 others list as ever. Only regular files in real folders of the store are read:
-``runs/`` and a run's folder must not be symlinks (``_files.read_bytes`` opens
-each file without following one). A run's state is what its summary says,
+``runs/`` and a run's folder must not be symlinks (the listing opens ``runs/``
+and each run's folder in it without following one, and reads the run's files
+in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
 process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
 descriptor of the file drops them, so a run recorded by this very process is
@@ -68,10 +69,12 @@ def runs_dir(root: Path) -> Path | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISDIR(st.st_mode):
-        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        kind = ("a link" if stat.S_ISLNK(st.st_mode) else "a file" if stat.S_ISREG(st.st_mode)
+                else "something else (a FIFO, a device…)")
         raise DamagedError(
-            f"{path} is {kind}: the runs of a store live in a real folder there. Move it "
-            f"away (nothing was read through it) and run `somatize check {root}`"
+            f"{path}: runs is {kind}, not a folder; the runs of a store live in a real folder "
+            f"there, and nothing was read through it. Move it away (a Recorder makes the folder "
+            f"again) and run `somatize check {root}`"
         )
     return path
 
@@ -80,11 +83,10 @@ def run_folder(root: Path, run: str) -> Path:
     return root / "runs" / checked_name(run)
 
 
-def folder_problem(folder: Path, runs_fd=None) -> str | None:
-    """Why ``folder`` cannot be a run's folder (a symlink, a file), or None.
-    ``runs_fd``: a descriptor of the folder holding it (fewer names walked)."""
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be a run's folder (a symlink, a file), or None."""
     try:
-        st = os.lstat(os.path.basename(folder), dir_fd=runs_fd) if runs_fd is not None else os.lstat(folder)
+        st = os.lstat(folder)
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode):
@@ -113,11 +115,12 @@ def existing_folder(root: Path, run) -> Path:
     )
 
 
-def load_summary(folder: Path) -> dict | None:
+def load_summary(folder: Path, at: int | None = None) -> dict | None:
     """The summary of the run in ``folder``, checked (``_summary.parse``);
     None when there is none. Raises ``Broken`` for one that does not read,
-    ``_files.NotAFile`` for a summary or log that is not a regular file."""
-    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1)
+    ``_files.NotAFile`` for a summary or log that is not a regular file.
+    ``at``: a descriptor of ``folder`` (``_files.read_bytes``)."""
+    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1, at=at)
     if raw is None:
         return None
     if len(raw) > MAX_BYTES:
@@ -164,7 +167,7 @@ def try_lock(folder: Path) -> int | None:
     return fd
 
 
-def holder_alive(folder: Path) -> bool:
+def holder_alive(folder: Path, at: int | None = None) -> bool:
     """Whether another process holds the run's lock (never called for a run
     this process records: closing our probe would drop our own lock).
 
@@ -172,13 +175,13 @@ def holder_alive(folder: Path) -> bool:
     with the recorder's exclusive one, and needs no right to write, so a
     store one may only read still tells running from interrupted. A lock
     that is not a regular file is nobody's: the run reads interrupted."""
-    try:
-        fd = os.open(os.path.join(folder, LOCK), os.O_RDONLY | _LOCK_FLAGS)
-    except OSError:
+    try:  # read-only, no part below the store followed, a regular file or nothing
+        fd = _files.open_regular(os.path.join(folder, LOCK), at=at)
+    except (OSError, _files.NotAFile):
+        return False
+    if fd is None:
         return False
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         return e.errno in (errno.EACCES, errno.EAGAIN)
@@ -187,20 +190,16 @@ def holder_alive(folder: Path) -> bool:
     return False
 
 
-def log_short(folder, log_bytes, runs_fd=None) -> str | None:
+def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     """What is wrong with the run's log, said of facts.log, when it cannot hold
     the ``log_bytes`` its summary counts (cut or replaced after that summary
     was written, or not a regular file), else None. The one check of it: the
     listing marks such a run damaged, a query that needs the whole log raises
     ``DamagedError``. One lstat, so a listing stays one stat a run more than
     the summaries it reads. The log is written and fsynced before the summary
-    that counts it, so a sound run never reads short, even while it runs.
-    ``runs_fd``: a descriptor of the folder holding the run's."""
+    that counts it, so a sound run never reads short, even while it runs."""
     try:
-        if runs_fd is not None:
-            size = _store_files.regular_size(f"{os.path.basename(folder)}/{LOG}", dir_fd=runs_fd) or 0
-        else:
-            size = _store_files.regular_size(os.path.join(folder, LOG)) or 0
+        size = _store_files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
     except _store_files.Refused as e:
         return f"is not a regular file ({e})"
     except OSError as e:
@@ -223,19 +222,17 @@ def identity(path, dir_fd=None) -> tuple | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _parsed(folder: str, runs_fd=None):
-    """``(identity, summary)`` of the run in ``folder``: the summary parsed
-    again only when its file is not the one parsed last (the summary handed
-    out is a copy whose top-level keys the caller may set; nested dicts are
-    shared and never changed). Raises as ``load_summary``."""
-    if runs_fd is not None:
-        ident = identity(f"{os.path.basename(folder)}/{SUMMARY}", runs_fd)
-    else:
-        ident = identity(f"{folder}/{SUMMARY}")
+def _parsed(folder: str, at: int):
+    """``(identity, summary)`` of the run in ``folder`` (``at``: a descriptor
+    of it): the summary parsed again only when its file is not the one
+    parsed last (the summary handed out is a copy whose top-level keys the
+    caller may set; nested dicts are shared and never changed). Raises as
+    ``load_summary``."""
+    ident = identity(SUMMARY, at)
     got = _PARSED.get(folder)
     if ident is not None and got is not None and got[0] == ident:
         return ident, dict(got[1])
-    summary = load_summary(folder)
+    summary = load_summary(folder, at=at)
     if summary is None or ident is None:
         return None, summary
     with _PARSED_LOCK:
@@ -264,52 +261,60 @@ def summaries(store, names=None, identities=None) -> list[dict]:
     if live:  # keyed by real path; the run folders are real folders (checked below)
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
-    try:  # the runs are reached through it: each stat walks two names, not the whole path
-        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        fd = None
-    try:
-        return _summaries(where, names, live, fd, identities if identities is not None else [])
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _summaries(where, names, live, fd, idents) -> list[dict]:
+    try:  # each run's folder is opened in runs/, following no link: what is checked is what is read
+        runs_fd = _store_files.open_dir(root, ("runs",))
+    except FileNotFoundError:
+        return []  # no runs (any more)
+    except (_store_files.Refused, NotADirectoryError):
+        runs_dir(root)  # raises, saying what runs/ is
+        return []
+    idents = identities if identities is not None else []
     out = []
-    for name in names:
-        folder = f"{where}/{name}"
-        problem = folder_problem(folder, fd)
-        if problem is not None:
-            out.append({"run": name, "state": "damaged", "problem": problem})
-            idents.append(None)
-            continue
+    try:
+        for name in names:
+            row, ident = _row(name, os.path.join(where, name), runs_fd, live)
+            if row is not None:
+                out.append(row)
+                idents.append(ident)
+        return out
+    finally:
+        os.close(runs_fd)
+
+
+def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
+    """The listing's row of one run (None for a folder that is no run yet)
+    and the identity of the summary.json it was read from (None for a row
+    that is not a summary's: damaged, or a live Recorder's)."""
+    try:
+        run_fd = _store_files.open_below(runs_fd, name)
+    except FileNotFoundError:
+        return None, None
+    except _store_files.Refused as e:  # a link, a file, a FIFO…
+        return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}, None
+    except OSError as e:  # one not ours to open
+        return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}, None
+    try:
         recorder = live.get(name)
         if recorder is not None:
             row = recorder._view().summary
             row["state"] = "running"
-            out.append(row)
-            idents.append(None)
-            continue
+            return row, None
         try:
-            ident, summary = _parsed(folder, fd)
+            ident, summary = _parsed(folder, run_fd)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
-            out.append({"run": name, "state": "damaged", "problem": why})
-            idents.append(None)
-            continue
+            return {"run": name, "state": "damaged", "problem": why}, None
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
-                out.append({"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"})
-                idents.append(None)
-            continue  # a folder being created, or not a run
-        idents.append(ident)
+                return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}, None
+            return None, None  # a folder being created, or not a run
         summary["run"] = name
-        short = log_short(folder, summary.get("log_bytes") or 0, fd)
+        short = log_short(folder, summary.get("log_bytes") or 0, at=run_fd)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
-        elif summary["state"] == "running" and not holder_alive(folder):
+        elif summary["state"] == "running" and not holder_alive(folder, at=run_fd):
             summary["state"], summary["cause"] = "interrupted", LOST
-        out.append(summary)
-    return out
+        return summary, ident
+    finally:
+        os.close(run_fd)

@@ -20,8 +20,8 @@ for _package in ("torch", "tqdm"):
 
 # after the check above, so that a missing torch is named, not met deep inside
 from .._base.codecs import register_codec as _register_codec  # noqa: E402
+from .._base.errors import NonFiniteLoss as NonFiniteLoss  # noqa: E402  (somatize.NonFiniteLoss too)
 from ._codec import TensorCodec as TensorCodec  # noqa: E402
-from ._trainer import NonFiniteLoss as NonFiniteLoss  # noqa: E402
 from ._trainer import Trainer as Trainer  # noqa: E402
 from ._weights import export as export  # noqa: E402
 from ._weights import fedavg as fedavg  # noqa: E402

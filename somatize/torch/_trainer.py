@@ -56,7 +56,7 @@ from time import perf_counter_ns, time
 
 import torch
 
-from .._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError
+from .._base.errors import NonFiniteLoss, SomatizeTypeError, SomatizeValueError
 from .._base.values import Data, Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers
@@ -75,11 +75,6 @@ from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_tor
 # Trainer's whole bar. The indexes make the record of a run the same
 # whatever the machine's speed; the clock only adds steps.
 CLOCKS_FIRST, CLOCKS_EVERY, CLOCKS_AT_MOST_NS = 10, 20, 1_000_000_000
-
-
-class NonFiniteLoss(SomatizeError, FloatingPointError):
-    """The objective returned nan or inf; nothing was updated. ``step`` is
-    the step's index, ``loss`` the value."""
 
 
 def _positive_int(what, v):
