@@ -342,7 +342,7 @@ def nodes(store, run):
 
 
 _ROWS: dict = {}  # (store root, run) -> (summary.json's identity, state, problem, stats, the run's columns)
-_ROWS_LIMIT = 200_000
+_ROWS_LIMIT = 20_000
 
 
 def _rows(store, stats) -> list[dict]:

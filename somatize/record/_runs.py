@@ -41,7 +41,7 @@ LIVE_LOCK = threading.RLock()
 # a run folder -> (its summary.json's identity, that summary as parsed): a
 # listing parses a summary again only when a flush has renamed a new one in
 _PARSED: dict = {}
-_PARSED_LIMIT = 200_000
+_PARSED_LIMIT = 20_000  # summaries kept (about 3 KB each): 10,000 runs fit, the memory stays bounded
 _PARSED_LOCK = threading.Lock()
 
 
