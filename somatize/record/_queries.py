@@ -354,7 +354,7 @@ def _rows(store, stats) -> list[dict]:
     root = str(store_root(store))
     identities: list = []
     listed = summaries(store, identities=identities)
-    if len(_ROWS) + len(listed) > _ROWS_LIMIT:
+    if len(_ROWS) > _ROWS_LIMIT:  # a listing of many stores: start again (one listing may pass the limit)
         _ROWS.clear()
     out = []
     for s, ident in zip(listed, identities):
