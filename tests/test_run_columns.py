@@ -116,3 +116,17 @@ def test_a_listing_kept_in_memory_still_sees_a_summary_replaced_or_broken_and_a_
     with open(path, "r+b") as f:
         f.write(b"[")  # the first byte of the JSON object, in place
     assert runs(store).loc[0, "state"] == "damaged"
+
+
+def test_a_run_folder_swapped_for_a_link_after_a_listing_lists_damaged_not_from_memory(tmp_path):
+    import shutil
+
+    store = Store(tmp_path / "s")
+    record(store, "r", [{"loss": 1.0}], ["loss"])
+    assert runs(store).loc[0, "state"] == "finished"  # its summary is now held in memory
+    folder = store.path / "runs" / "r"
+    moved = tmp_path / "elsewhere"
+    shutil.move(folder, moved)  # the very same files (same inodes), outside the store
+    os.symlink(moved, folder)
+    row = runs(store).iloc[0]
+    assert row["state"] == "damaged" and "link" in row["problem"]
