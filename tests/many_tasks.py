@@ -16,9 +16,9 @@ from torch_models import batches, built
 STEPS = 40
 
 
-def train(path, run, lr, steps=STEPS, keep_every=10, kill_at=None):
+def train(path, run, lr, steps=STEPS, checkpoint_every=10, kill_at=None):
     """One run of a sweep, safe to run again: a retry after its process died
-    resumes from the state last kept (``state=``, ``keep_every=``); a rerun
+    resumes from the last checkpoint (``checkpoint=``, ``checkpoint_every=``); a rerun
     of a task that finished (Dask recomputes results lost with a worker)
     finds its final weights kept and returns what the first run returned.
     ``kill_at``: on the first try, SIGKILL this process after that step
@@ -29,7 +29,8 @@ def train(path, run, lr, steps=STEPS, keep_every=10, kill_at=None):
         recorder = Recorder(store, run=run, resume=run in store.runs(), config={"lr": lr, "steps": steps})
         g = built(dtype=torch.float64)
         trainer = Trainer(g, torch.nn.functional.mse_loss, torch.optim.Adam(parameters(g), lr=lr),
-                          watching=recorder, store=store, state=f"{run}/state", keep_every=keep_every)
+                          watching=recorder, store=store, checkpoint=f"{run}/checkpoint",
+                          checkpoint_every=checkpoint_every)
         first_try = trainer.steps == 0
         data = batches(steps, n=8, dtype=torch.float64, seed=5)
         with recorder:

@@ -203,7 +203,7 @@ def test_the_instruments_facts_of_a_step_come_after_the_nodes_and_before_updated
     assert update == [(k, n) for n in nodes for k in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
     assert said[5 + len(update):] == [
         ("updated", None), ("loss", None), ("wall_s", None), ("objective_us", None), ("backward_us", None),
-        ("update_us", None), ("backward_us", "head"), ("backward_us", "body"), ("trainer_us", None),
+        ("update_us", None), ("lr", None), ("backward_us", "head"), ("backward_us", "body"), ("trainer_us", None),
     ]  # each node's backward: the gradient reaches head first
 
 

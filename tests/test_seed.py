@@ -65,12 +65,14 @@ def test_the_reference_training_run(tmp_path):
     ten = [f for f in facts(store, run="a-run", forward=20) if f["fact"] not in INSTRUMENT_FACTS]
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
-        ("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("trainer_us", None),
+        ("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("lr", None),
+        ("trainer_us", None),
     ]  # forward 20: an update the instruments do not record (so no node's backward_us), whose clocks are said
     assert all(isinstance(f[k], int) for f in ten for k in ("began_us", "took_us") if k in f)
     assert isinstance(ten[4]["value"], float) and isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0
     assert isinstance(ten[5]["value"], float)  # wall_s: when the step began, seconds since 1970
-    assert all(isinstance(f["value"], int) for f in ten[6:])  # the step's time and its parts, in µs
+    assert all(isinstance(f["value"], int) for f in ten[6:9] + ten[10:])  # the step's time and its parts, in µs
+    assert ten[9]["value"] == optimizer.param_groups[0]["lr"]  # the learning rate its update used
 
     losses = curve(store, run="a-run", name="loss")
     assert len(losses) == 300 and float(losses.iloc[-1]) < first / 10  # it learned

@@ -49,7 +49,8 @@ def test_notebook_03_runs_and_shows_what_it_says():
     ten = ast.literal_eval(said)
     assert [(f["fact"], f.get("node")) for f in ten] == [
         ("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
-        ("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("trainer_us", None),
+        ("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("lr", None),
+        ("trainer_us", None),
     ]
     assert isinstance(ten[0]["took_us"], int) and isinstance(ten[4]["value"], float)
     assert isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0

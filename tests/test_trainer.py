@@ -34,23 +34,28 @@ def names(seen):
 
 
 # after a step's loss: when it began, then its parts, before trainer_us
-SPLIT = [("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None)]
+SPLIT = [("wall_s", None), ("objective_us", None), ("backward_us", None), ("update_us", None), ("lr", None)]
 
 
 def test_facts_of_a_step_follow_the_engines_and_are_typed():
     seen = []
-    t = trainer(watching=seen.append)
+    t = trainer(watching=seen.append, read_every=32)
     value = t.step(batches(1)[0])
+    assert seen == []  # held back until the losses are read off the device
+    t.deliver()
     assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None),
                            *SPLIT, ("trainer_us", None)]
     (loss,) = [f for f in seen if f["fact"] == "loss"]
-    assert loss == {"fact": "loss", "value": value} and isinstance(value, float)
+    assert loss == {"fact": "loss", "value": value.item()} and isinstance(loss["value"], float)
+    assert isinstance(value, torch.Tensor) and value.ndim == 0 and not value.requires_grad
 
 
 def test_instruments_false_records_none_of_them():
     seen = []
-    trainer(watching=seen.append, instruments=False).step(batches(1)[0])
-    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 10
+    t = trainer(watching=seen.append, instruments=False)
+    t.step(batches(1)[0])
+    t.deliver()
+    assert [f for f in seen if f["fact"] in INSTRUMENT_FACTS] == [] and len(seen) == 11
 
 
 @pytest.mark.parametrize("micro", [1, 2])
@@ -62,6 +67,7 @@ def test_trainer_us_is_the_steps_time_outside_its_forwards(micro):
         began = time.perf_counter_ns()
         t.step(b)
         wall_us = (time.perf_counter_ns() - began) // 1000
+        t.deliver()
         (mine,) = [f["value"] for f in seen if f["fact"] == "trainer_us"]
         forwards_us = sum(f["took_us"] for f in seen if f["fact"] == "finished")
         assert type(mine) is int and mine > 0
@@ -94,6 +100,7 @@ def test_trainer_us_holds_the_objective_and_not_the_nodes():
     began = time.perf_counter_ns()
     t.step(batches(1)[0])
     wall_us = (time.perf_counter_ns() - began) // 1000
+    t.deliver()
     mine = next(f["value"] for f in seen if f["fact"] == "trainer_us")
     took = next(f["took_us"] for f in seen if f["fact"] == "finished")
     assert mine >= 10_000 and took >= 30_000  # each sleep is where it happened
@@ -105,11 +112,13 @@ def test_a_micro_step_is_several_forwards_and_one_loss():
     t = trainer(micro=2, every=2, watching=seen.append)
     b = batches(2)
     t.step(b[0])
+    t.deliver()
     assert names(seen) == [("ran", "body"), ("ran", "head"), ("finished", None)] * 2 + [("loss", None), *SPLIT,
                                                                                         ("trainer_us", None)]
     seen.clear()
     t.step(b[1])
-    assert names(seen)[-7:] == [("updated", None), ("loss", None), *SPLIT, ("trainer_us", None)]
+    t.deliver()
+    assert names(seen)[-8:] == [("updated", None), ("loss", None), *SPLIT, ("trainer_us", None)]
 
 
 def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
@@ -117,12 +126,13 @@ def test_the_record_tags_the_trainers_facts_to_their_forward(tmp_path):
     recorder = Recorder(store, run="r", summarising=["loss"])
     t = trainer(micro=2, watching=recorder)
     values = [t.step(b) for b in batches(3)]
+    t.deliver()
     # forwards count from 0; with micro=2 step k ends with forward 2k+1
     assert [f for f, _ in names(facts(store, run="r", forward=2))] == ["ran", "ran", "finished"]
     last = names(facts(store, run="r", forward=5))
     assert last == [("ran", "body"), ("ran", "head"), ("finished", None), ("updated", None), ("loss", None), *SPLIT,
                     ("trainer_us", None)]
-    assert next(f for f in facts(store, run="r", forward=5) if f["fact"] == "loss")["value"] == values[2]
+    assert next(f for f in facts(store, run="r", forward=5) if f["fact"] == "loss")["value"] == values[2].item()
 
 
 def test_spent_draws_the_trainers_time_from_the_record(tmp_path):
@@ -131,6 +141,7 @@ def test_spent_draws_the_trainers_time_from_the_record(tmp_path):
     t = trainer(watching=[Recorder(store, run="r"), seen.append])
     for b in batches(4):
         t.step(b)
+    t.deliver()
     mine = [f["value"] for f in seen if f["fact"] == "trainer_us"]
     assert forwards(store, run="r")["trainer_us"].tolist() == mine
     (bar,) = [r for r in spent(store, run="r").rows if r["kind"] == "trainer"]
@@ -206,7 +217,7 @@ def test_micro_needs_a_y_with_a_row_per_example():
         t.step((x, y[:4]))
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(3), (torch.zeros(2, 8),), [1, 2, 3], {"x": 1, "y": 2}])
+@pytest.mark.parametrize("bad", [torch.zeros(3), (torch.zeros(2, 8),), [1, 2, 3]])
 def test_a_batch_that_is_not_a_pair_is_refused(bad):
     with pytest.raises(SomatizeError, match=r"step\(\(x, y\)\)"):
         trainer().step(bad)
@@ -235,16 +246,17 @@ def test_a_batch_of_the_wrong_shape_names_the_node_and_the_record_keeps_what_cam
         t.step(b)
     with pytest.raises(SomatizeError, match="node 'body'"):
         t.step((torch.zeros(64, 7), torch.zeros(64, 1)))
-    assert names(facts(store, run="r", forward=2))[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)]
+    assert names(facts(store, run="r", forward=2))[-7:] == [("loss", None), *SPLIT, ("trainer_us", None)]
     failed = facts(store, run="r", forward=3)
     assert [(f["fact"], f.get("node")) for f in failed] == [("failed", "body")]
 
 
-def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
+def test_with_read_every_1_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
     g = built(dtype=torch.float64)
     oracle = Oracle(g, "adam")
     seen = []
-    t = Trainer(g, objective=MSE, optimizer=trained_optimizer("adam", g), every=2, watching=seen.append)
+    t = Trainer(g, objective=MSE, optimizer=trained_optimizer("adam", g), every=2, watching=seen.append,
+                read_every=1)
     good = batches(4, dtype=torch.float64)
     t.step(good[0])
     t.step(good[1])
@@ -259,7 +271,7 @@ def test_a_non_finite_loss_is_refused_recorded_and_touches_nothing():
     seen.clear()
     with pytest.raises(NonFiniteLoss, match=r"step 3: the loss is nan"):
         t.step((x, y))
-    assert names(seen)[-6:] == [("loss", None), *SPLIT, ("trainer_us", None)] and math.isnan(seen[-6]["value"])
+    assert names(seen)[-7:] == [("loss", None), *SPLIT, ("trainer_us", None)] and math.isnan(seen[-7]["value"])
     now = t.export()
     assert all(torch.equal(now[n][k], weights[n][k]) for n in weights for k in weights[n])
     for i, s in t.optimizer.state_dict()["state"].items():
@@ -283,7 +295,11 @@ def test_a_watcher_that_raises_on_a_trainer_fact_is_named():
             raise RuntimeError("no losses here")
 
     with pytest.raises(WatcherError, match="picky"):
-        trainer(watching=picky).step(batches(1)[0])
+        trainer(watching=picky, read_every=1).step(batches(1)[0])  # read_every=1: handed over as the step ends
+    t = trainer(watching=picky, read_every=8)  # asked to hold facts back from a plain function
+    t.step(batches(1)[0])
+    with pytest.raises(WatcherError, match="picky"):
+        t.deliver()
 
 
 def test_fit_steps_every_batch_every_epoch():

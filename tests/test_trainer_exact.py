@@ -152,15 +152,10 @@ def test_close_group_tells_the_watchers_it_updated_after_the_last_steps_facts():
     assert [f["fact"] for f in seen].count("updated") == 1
 
 
-def test_flush_is_close_group_under_its_old_name_and_says_so():
+def test_the_trainer_has_no_flush_any_more():
     # flush means "make durable" on a Recorder and "send" on Live; the
-    # Trainer's is close_group, and the old name still works, with a warning.
-    g = built(dtype=torch.float64)
-    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), every=4)
-    trainer.step(batches(1, dtype=torch.float64)[0])
-    with pytest.warns(DeprecationWarning, match="close_group"):
-        assert trainer.flush() is True
-    assert trainer.updates == 1
+    # Trainer's word is close_group, and the deprecated alias is gone.
+    assert not hasattr(Trainer, "flush")
 
 
 def test_fit_closes_the_open_group_at_the_end_of_each_epoch():
@@ -185,7 +180,8 @@ def test_the_loss_of_a_micro_step_is_the_loss_of_the_whole_batch(n, micro):
         whole = MSE(g.node("head").out(g.node("body").net(x)), y).item()
     seen = []
     trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("sgd", g), micro=micro, watching=seen.append)
-    assert trainer.step((x, y)) == pytest.approx(whole, rel=1e-12)
+    assert trainer.step((x, y)).item() == pytest.approx(whole, rel=1e-12)
+    trainer.deliver()
     losses = [f["value"] for f in seen if f["fact"] == "loss"]
     assert losses == [pytest.approx(whole, rel=1e-12)]
 

@@ -41,6 +41,7 @@ def test_a_watched_step_says_its_objective_backward_and_update_inside_its_traine
                       **shape)
     for b in batches(6):
         trainer.step(b)
+    trainer.deliver()
     said = step_facts(seen)
     assert len(said) == 6
     for s in said:
@@ -60,6 +61,7 @@ def test_the_clocks_are_said_on_the_first_ten_steps_and_every_twentieth_not_on_e
     trainer = Trainer(g, objective=MSE, optimizer=torch.optim.SGD(parameters(g), lr=0.01), watching=seen.append)
     for b in batches(45):
         trainer.step(b)
+    trainer.deliver()
     steps, told, index = [], set(), 0
     for f in seen:
         if f["fact"] == "wall_s":

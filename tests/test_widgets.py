@@ -123,7 +123,7 @@ def trained(tmp_path, steps=300, watching=()):
     losses = []
     for _ in range(steps):
         x = torch.randn(16, 8)
-        losses.append(trainer.step((x, x @ truth)))
+        losses.append(trainer.step((x, x @ truth)).item())  # a 0-d tensor: read it
     recorder.close()
     return g, store, losses
 

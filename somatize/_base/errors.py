@@ -74,6 +74,8 @@ class MissingExtra(SomatizeError, ImportError):
 
 
 class NonFiniteLoss(SomatizeError, FloatingPointError):
-    """The objective returned nan or inf; nothing was updated. ``step`` is
-    the step's index, ``loss`` the value. Raised by ``somatize.torch.Trainer``;
-    defined here so that it can be caught without importing torch."""
+    """The objective returned nan or inf. ``step`` is the step's index,
+    ``loss`` the value. Raised by ``somatize.torch.Trainer`` when it reads the
+    loss (with ``read_every=1`` before its backward, nothing updated; else on
+    the bulk read that finds it); defined here so that it can be caught
+    without importing torch."""

@@ -13,13 +13,18 @@ reserved with ``finished``.
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from .._base.errors import SomatizeTypeError, WatcherError
 
 ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
 # trainer_us is a step's whole time outside its forwards; objective_us, backward_us and update_us are
 # its parts (the rest is the Trainer's bookkeeping). backward_us with a node: that node's part of the backward.
 # wall_s: the clock (time.time()) when a step began, what progress(x="relative" | "wall") draws over.
-TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us")
+# lr: the learning rate of the optimizer's first parameter group (with "group": i, of group i, in the
+# series lr/group<i>), said on the steps that say their clocks.
+TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us", "lr")
 # The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",
@@ -43,15 +48,22 @@ class Watchers:
     calls with each node's output as it hands it on (after the edge's check),
     in a forward that is watched. The Trainer sets it on the steps its
     instruments record; unset, it costs one test per node.
+
+    ``replay(items)`` hands over facts held back (the Trainer's, see
+    ``held``) in the order they happened, ``None`` marking where a forward
+    began; a watcher that defines ``take(items)`` (the Recorder) takes them
+    in one call.
     """
 
-    __slots__ = ("all", "_began", "emit", "output")
+    __slots__ = ("all", "_began", "emit", "output", "_takes", "_where")
 
     def __init__(self, watching, where="watching="):
         self.output = None
         self.all = _checked(watching)
         self._began = tuple(b for b in (getattr(w, "forward_began", None) for w in self.all) if b is not None)
         self.emit = _emitter(self.all, where)
+        self._takes = tuple(getattr(w, "take", None) for w in self.all)
+        self._where = where
 
     def __bool__(self):
         return bool(self.all)
@@ -60,8 +72,67 @@ class Watchers:
         for began in self._began:
             began()
 
+    def replay(self, items):
+        for w, take in zip(self.all, self._takes):
+            try:
+                if take is not None:
+                    take(items)
+                    continue
+                began = getattr(w, "forward_began", None)
+                for fact in items:
+                    if fact is not None:
+                        w(fact)
+                    elif began is not None:
+                        began()
+            except Exception as e:
+                raise _refused(w, f"{len(items)} facts held back", e, self._where) from e
+
     def __repr__(self):
         return f"Watchers({list(self.all)!r:.200})"
+
+
+class Holders:
+    """The producers that hold facts back from a watcher (``held_by``):
+    each is called, from the thread that registered it, before the watcher
+    writes or shows what it holds, so that what was done is there. Held
+    weakly: a Trainer gone holds nothing."""
+
+    __slots__ = ("_all",)
+
+    def __init__(self):
+        self._all = []
+
+    def add(self, hand_over):
+        self._all.append((threading.get_ident(), weakref.WeakMethod(hand_over)))
+
+    def __bool__(self):
+        return bool(self._all)
+
+    def __call__(self):
+        me = threading.get_ident()
+        for thread, ref in self._all:
+            if thread == me:
+                f = ref()
+                if f is not None:
+                    f()
+
+
+def held(into):
+    """Watchers that hold every fact back in the list ``into`` (a forward's
+    beginning as ``None``), for the Trainer to ``replay`` to the real ones
+    later: its steps then hand nothing over while they run."""
+    w = Watchers(None)
+    w.all = (into.append,)
+    w.emit = into.append
+    w._began = (_marker(into),)
+    return w
+
+
+def _marker(into):
+    def began():
+        into.append(None)
+
+    return began
 
 
 def _emitter(all_, where):

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 
+from .._graph.watchers import Holders
 from .._pictures import _svg
 from ..record import _chart
 
@@ -205,6 +206,7 @@ class Live:
         self._version = 0
         self._lock = threading.Lock()
         self._hooked = None
+        self._holders = Holders()  # producers that hold facts back (held_by): asked before each look
 
     # --- the watcher: the hot path ------------------------------------------
     def __call__(self, fact):
@@ -237,6 +239,12 @@ class Live:
         if self._view is not None and self._timer is None:
             self._poke()
 
+    def held_by(self, hand_over):
+        """``hand_over`` (a Trainer's) holds facts back before handing them
+        over; it is called, from the thread that registered it, before the
+        panel is drawn or ended, so it shows every step done."""
+        self._holders.add(hand_over)
+
     def _now(self):
         """Seconds since the run's first forward began (since this fact, when none has)."""
         now = self._clock()
@@ -264,6 +272,8 @@ class Live:
 
     def snapshot(self):
         """Everything the panel shows, as plain data (what is sent)."""
+        if self._holders:
+            self._holders()
         elapsed = (self._ended or self._began or 0) - (self._began or 0)
         rate = self.steps / elapsed if elapsed > 0 else None
         curve = [list(p) for p in self._curve.points()]
@@ -315,6 +325,8 @@ class Live:
         if self._hooked is not None:
             self._hooked.events.unregister("post_run_cell", self._cell_ended)
             self._hooked = None
+        if self._holders:
+            self._holders()
         if self._state != "running":
             return
         self._state = "interrupted" if error is not None else "finished"
@@ -395,6 +407,8 @@ class Live:
         return _svg.live_html(self.snapshot())
 
     def __repr__(self):
+        if self._holders:
+            self._holders()
         best = _finite(self.best)
         return (
             f"Live({self.title!r}: {self._state}, {self.steps} steps, "

@@ -31,6 +31,7 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
+from .._graph.watchers import Holders
 from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
 from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
@@ -152,6 +153,7 @@ class Recorder:
         self._closed = False
         self._fds: dict = {}
         self._lock_fd = None
+        self._holders = Holders()  # producers that hold facts back (held_by)
         if resume:  # a notebook cell run again: take the run over from the old Recorder
             with LIVE_LOCK:
                 old = LIVE.get(self._real)
@@ -182,6 +184,21 @@ class Recorder:
     def __call__(self, fact):
         self._pending.append(fact)  # after a failed flush, _pending refuses (_Stopped)
 
+    def held_by(self, hand_over) -> None:
+        """``hand_over`` (a bound method) holds facts back before handing
+        them over (the Trainer, reading its losses off the device in bulk):
+        it is called first whenever this Recorder is flushed, closed or read
+        from the thread that registered it, so what was done is written."""
+        self._holders.add(hand_over)
+
+    def take(self, items):
+        """Facts held back (by the Trainer, which reads its losses off the
+        device in bulk) handed over in one call, ``None`` marking where a
+        forward began: the same as handing each over in turn."""
+        if self._closed:
+            self._raise_if_unusable()
+        self._pending.extend(items)
+
     def forward_began(self):
         """Called by the engine (and the Trainer) as a forward begins: the facts
         that follow belong to the next forward number."""
@@ -193,6 +210,8 @@ class Recorder:
 
     def flush(self) -> None:
         """Write every fact handed over so far, durably, and return."""
+        if self._holders:
+            self._holders()
         with self._flush_lock:
             self._raise_if_unusable(closed_ok=True)
             if os.getpid() != self._pid or self._closed:
@@ -254,11 +273,24 @@ class Recorder:
         """How many forwards the run holds so far, the ones not yet flushed included."""
         return self._view().summary["forwards"]
 
-    def rewind(self, forwards: int) -> None:
+    def checkpoint(self) -> dict:
+        """Where the run stands, for a Trainer's checkpoint: flushed first, so
+        the record holds durably what the checkpoint says was done.
+        ``rewind(position)`` comes back here."""
+        self.flush()
+        return {"run": self.run, "forwards": self.forwards}
+
+    def rewind(self, forwards) -> None:
         """Drop the facts of forward ``forwards`` on, durably, and number on
-        from there: a training resumed from what it kept after that many
+        from there: a training resumed from a checkpoint kept after that many
         forwards does them again, and the run reads as one, with no forward
-        twice (``Trainer`` calls it when it resumes). Refuses to go forward."""
+        twice (the Trainer calls it with the position ``checkpoint()`` gave
+        when it resumes; a position of another run rewinds nothing).
+        Refuses to go forward."""
+        if isinstance(forwards, dict):
+            if forwards.get("run") != self.run:
+                return
+            forwards = forwards.get("forwards")
         if isinstance(forwards, bool) or not isinstance(forwards, int) or forwards < 0:
             raise SomatizeTypeError(f"rewind(forwards) takes a count of forwards (an int >= 0); got {forwards!r:.40}")
         self.flush()
@@ -310,6 +342,8 @@ class Recorder:
     def _view(self) -> _View:
         """The run as it stands: the summary of the last completed flush (what
         the files hold) and, from memory, the facts handed over since."""
+        if self._holders:
+            self._holders()
         with self._flush_lock:
             committed = _copy(self._summary)
             pending = list(self._pending) if isinstance(self._pending, list) else []
@@ -524,6 +558,8 @@ class _Stopped:
 
     def append(self, _fact):
         self.recorder._raise_if_unusable()
+
+    extend = append
 
     def __len__(self):
         return 0

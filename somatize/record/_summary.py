@@ -259,7 +259,11 @@ def summarise(groups, summary: dict, points: dict) -> int:
                 if value is None:
                     continue
                 node = fact.get("node")
-                name = kind if node is None else f"{kind}/{node}"
+                if node is None:  # a parameter group's fact beyond the first (lr): <fact>/group<i>
+                    group = fact.get("group")
+                    name = kind if group is None else f"{kind}/group{group}"
+                else:
+                    name = f"{kind}/{node}"
             if value.__class__ is not float and value.__class__ is not int and (
                 type(value) is bool or not isinstance(value, numbers)
             ):

@@ -120,7 +120,7 @@ def evaluate(trainer, batches, metrics=None):
             total += v * n
         said[PREFIX + name] = total / examples
     if trainer._watched:
-        emit = trainer._watchers.emit
+        emit = trainer._emitting.emit  # after the facts the Trainer holds back, so at the current step
         for name, value in said.items():
             emit({"fact": name, "value": value})
         emit({"fact": TIME, "value": (perf_counter_ns() - began) // 1000})

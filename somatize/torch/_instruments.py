@@ -26,6 +26,12 @@ in ``_graph/watchers.py``; each lands in the series ``<name>/<node>``):
   ``grad_fn``), ``out_saturated`` (share of entries where that function's
   slope is under 2% of its peak: within 0.5% of its range from a bound).
 
+Their values are read off the device without a host sync of their own: each
+recorded step's numbers are computed as tensors and handed to ``settle``
+(the Trainer's), which reads them with the losses in its next bulk read and
+fills the facts in before any watcher sees them (with ``read_every=1``,
+at once).
+
 Which updates: the first ``FIRST`` always (a run that blows up in its third
 step is diagnosed), then one in ``EVERY`` (the cost stays under 3% of a step;
 measured: bench/RESULTS.md, Diagnosis). A step is recorded when the update
@@ -62,8 +68,9 @@ class Instruments:
     """The instruments of one Trainer: which parameters are measured, node
     by node, and the facts each recorded update and step hands over."""
 
-    def __init__(self, g, optimizer, emit):
+    def __init__(self, g, optimizer, emit, settle=None):
         self.emit = emit
+        self.settle = settle or _settle_now  # settle(tensor, facts): its values into the facts' "value"
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.nodes, self.params, self.missing = [], [], []
         seen = set()
@@ -82,6 +89,7 @@ class Instruments:
         self.sizes = [p.numel() for p in self.params]
         self.one_dtype = len({p.dtype for p in self.params}) <= 1
         self.clock = BackwardClock(emit)
+        self._node_of = self._node_size = None  # each parameter's node index, each node's size (on the device)
         self.started = False
         self._before = None
         self._grads = None
@@ -101,14 +109,19 @@ class Instruments:
         self.clock.output(name, t)
         with torch.no_grad():
             n = t.numel()
-            emit = self.emit
-            emit({"fact": "out_zeros", "node": name, "value": 1.0 - int(torch.count_nonzero(t)) / n})
+            counts = [torch.count_nonzero(t)]
+            facts = [{"fact": "out_zeros", "node": name}]
             bounds = _SATURATING.get(type(t.grad_fn).__name__)
             if bounds is not None:
                 lo, hi = bounds
                 mid, half = (lo + hi) / 2, (hi - lo) / 2
-                near = int(torch.count_nonzero((t - mid).abs_() >= half * (1 - 2 * NEAR)))
-                emit({"fact": "out_saturated", "node": name, "value": near / n})
+                counts.append(torch.count_nonzero((t - mid).abs_() >= half * (1 - 2 * NEAR)))
+                facts.append({"fact": "out_saturated", "node": name})
+            shares = torch.stack(counts).double() / n
+            shares[0] = 1.0 - shares[0]
+            self.settle(shares, facts)
+            for fact in facts:
+                self.emit(fact)
 
     def before_update(self):
         """Gradients and weights, read before the optimizer moves anything."""
@@ -133,17 +146,29 @@ class Instruments:
             norms = [*gn, *wn, *moved]
             if not self.one_dtype:  # torch.stack takes one dtype; converting each costs ~4 µs a tensor
                 norms = [t.double() for t in norms]
-            flat = torch.stack(norms).tolist() + torch.stack(nz).tolist()
+            k = len(self.params)
+            # per parameter: 3 norms squared and its nonzero count, summed node by node (float64)
+            per = torch.cat([torch.stack(norms).double().square(), torch.stack(nz).double()]).view(4, k)
+            if self._node_of is None or self._node_of.device != per.device:
+                self._node_of = torch.tensor([i for i, (_, a, b) in enumerate(self.nodes) for _ in range(a, b)],
+                                             device=per.device)
+                self._node_size = torch.tensor([float(sum(self.sizes[a:b])) for _, a, b in self.nodes],
+                                               dtype=torch.float64, device=per.device)
+            summed = torch.zeros(4, len(self.nodes), dtype=torch.float64, device=per.device)
+            summed.index_add_(1, self._node_of, per)
+            summed[:3].sqrt_()
+            summed[3] = 1.0 - summed[3] / self._node_size
         self._before = self._grads = None
-        k = len(self.params)
+        facts = [{"fact": kind, "node": name} for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")
+                 for name, _, _ in self.nodes]
+        self.settle(summed, facts)
         emit = self.emit
-        for name, a, b in self.nodes:
-            size = sum(self.sizes[a:b])
-            emit({"fact": "grad_norm", "node": name, "value": _root(flat[a:b])})
-            emit({"fact": "weight_norm", "node": name, "value": _root(flat[k + a:k + b])})
-            emit({"fact": "update_norm", "node": name, "value": _root(flat[2 * k + a:2 * k + b])})
-            emit({"fact": "grad_zeros", "node": name, "value": 1.0 - sum(flat[3 * k + a:3 * k + b]) / size})
+        for name_index in range(len(self.nodes)):  # node by node, as a reader expects them
+            for kind in range(4):
+                emit(facts[kind * len(self.nodes) + name_index])
 
 
-def _root(norms):
-    return sum(x * x for x in norms) ** 0.5
+def _settle_now(values, facts):
+    """Read ``values`` now (a host sync) into the facts."""
+    for fact, v in zip(facts, values.reshape(-1).tolist()):
+        fact["value"] = v

@@ -22,45 +22,58 @@ step's facts, so it belongs to that step's last forward.
 
 Facts, after the engine's ``finished`` of the step's last forward (with
 ``micro=N`` a step runs N forwards): ``{"fact": "updated"}`` when the step
-closed a group, then ``{"fact": "loss", "value": <float>}``, the loss of the
-whole batch of the step, then, on the first 10 steps, every 20th and any
-step a second after the last that did (``CLOCKS_*`` below), ``{"fact":
-"wall_s", "value": <float>}``, the clock (seconds since 1970) when the step
-began, and its parts in µs, ``objective_us`` (the objective, reading the
-loss included), ``backward_us`` and ``update_us`` (clip, the optimizer's
-step, zero_grad; 0 when the step closed no group),
-then on the instruments' recorded steps one ``backward_us`` per node
-(``_backward``), and last ``{"fact": "trainer_us", "value": <int>}``, the
-µs the step spent outside the graph's forwards: the three parts and the
-Trainer's own bookkeeping (handing its facts to the watchers included). A
-step's wall time is its forwards plus ``trainer_us``; ``close_group()``'s
-update belongs to no step and is not in it. Steps count from 0, like
-forwards.
+closed a group (and the update was not skipped by fp16's scaler), then
+``{"fact": "loss", "value": <float>}``, the loss of the whole batch of the
+step, then, on the first 10 steps, every 20th and any step a second after
+the last that did (``CLOCKS_*`` below), ``{"fact": "wall_s", "value":
+<float>}``, the clock (seconds since 1970) when the step began, and its
+parts in µs, ``objective_us`` (the objective included), ``backward_us`` and
+``update_us`` (unscale, clip, the optimizer's step, zero_grad, the
+schedule's step; 0 when the step closed no group), and ``{"fact": "lr"}``,
+the learning rate of the optimizer's first parameter group as the step
+began (one more with ``"group": i`` per further group), then on the
+instruments' recorded steps one ``backward_us`` per node (``_backward``),
+and last ``{"fact": "trainer_us", "value": <int>}``, the µs the step spent
+outside the graph's forwards: the three parts and the Trainer's own
+bookkeeping (handing its facts over and a bulk read of the losses
+included). A step's wall time is its forwards plus ``trainer_us``;
+``close_group()``'s update belongs to no step and is not in it. Steps count
+from 0, like forwards.
 
-A step that raises (a node failed, the objective was refused, the loss is
-not finite, Ctrl-C) drops the open group: with ``micro=N`` some of its
-pieces may already have run backward, and a group holding part of a step
-would no longer be one step on its batches. The weights and the optimizer's
-state are as they were before the group began; the next step opens a new
-group. A non-finite loss is refused before its backward, and its ``loss``
-(and ``trainer_us``) facts are still handed to the watchers; the error names
-the step.
+No step waits for the device: a step keeps its loss as a 0-d tensor and
+holds its facts back; they are read off the device in bulk and handed to
+the watchers in order later (``_reading.py`` says when and how).
+
+A step that raises (a node failed, the objective was refused, Ctrl-C) drops
+the open group: with ``micro=N`` some of its pieces may already have run
+backward, and a group holding part of a step would no longer be one step on
+its batches. The weights and the optimizer's state are as they were before
+the group began; the next step opens a new group; the facts held are handed
+over. A non-finite loss is refused on the read that finds it
+(``NonFiniteLoss`` naming its step, its facts handed over first): the cost
+of not waiting is that the steps after it, up to that read, have already
+run and updated the weights with its gradients. With ``read_every=1`` each
+loss is read as its step ends (one host sync a step) and a non-finite one
+is refused before its backward, the weights, the optimizer's state and the
+open group untouched.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from time import perf_counter_ns, time
 
 import torch
 
 from .._base.errors import NonFiniteLoss, SomatizeTypeError, SomatizeValueError
-from .._base.values import Data, Opaque
+from .._base.values import Opaque
 from .._graph import engine as _engine
-from .._graph.watchers import Watchers
-from . import _evaluate, _state
+from .._graph.watchers import Watchers, held
+from .._store.store import as_store
+from . import _checkpoint as _kept
+from . import _evaluate, _reading
+from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._modes import Modes
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
@@ -75,6 +88,7 @@ from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_tor
 # Trainer's whole bar. The indexes make the record of a run the same
 # whatever the machine's speed; the clock only adds steps.
 CLOCKS_FIRST, CLOCKS_EVERY, CLOCKS_AT_MOST_NS = 10, 20, 1_000_000_000
+PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _positive_int(what, v):
@@ -92,6 +106,37 @@ class Trainer:
     optimizer's parameters together) before each update. ``store`` is passed
     to every forward, so cached nodes are kept and recalled there.
 
+    ``schedule``: a ``torch.optim.lr_scheduler`` over ``optimizer``, stepped
+    once per update (never per step or piece, never on an update that fp16
+    skipped). Each step that says its clocks records the learning rate its
+    update used, ``lr`` (one more fact, with ``group``, per further
+    parameter group), so ``progress(store, run=..., name="lr")`` draws it.
+
+    ``precision="bf16"`` or ``"fp16"``: the forward and the objective run
+    under ``torch.autocast``; ``fp16`` scales the loss with a
+    ``torch.amp.GradScaler`` (``trainer.scaler``), unscaled once before
+    ``clip``; an update it skips (inf or nan gradients) is not counted and
+    does not step the schedule. ``device="cuda"``: each batch is moved there
+    (tensors in tuples, lists and mappings too, non-blocking); the graph's
+    modules must be there already (move them before building the optimizer,
+    as in any torch loop). ``keys=("x", "y")``: the keys of a mapping batch
+    (a dict, as a Hugging Face dataset's DataLoader yields) that hold the
+    input and the target.
+
+    ``read_every=N``: the losses are read off the device every N steps (and
+    at most 0.25 s apart, at ``close_group``, ``deliver``, a checkpoint, the
+    end of ``fit``, and whenever a Recorder or Live watching is flushed,
+    closed or drawn), in one go, so a step waits for no device; a watched
+    step's facts reach the watchers then, in order. A non-finite loss is
+    refused on that read, naming its step; the steps after it until the
+    read have already run and updated the weights with it (the cost of not
+    waiting). ``read_every=1`` reads each loss as its step ends and refuses
+    a non-finite one before its backward, touching nothing, at one host sync
+    a step. By default (None) it is 32, or 1 when a watcher is a plain
+    function (which expects each step's facts as the step ends; a watcher
+    that defines ``held_by(hand_over)``, as the Recorder and Live do, is
+    handed what is held whenever it looks).
+
     A frozen node whose torch side is not frozen yet (gradients on, or no
     weights digest) is frozen here with ``freeze(g)``; an optimizer holding
     a frozen node's parameters is refused.
@@ -101,14 +146,17 @@ class Trainer:
     ``somatize.diagnose`` (see ``_instruments``); ``instruments=False`` turns
     them off.
 
-    ``state="a-name"`` with ``keep_every=N`` keeps the Trainer's state in
-    ``store`` under that name every N steps (``keep_state``), and a Trainer
-    made with a name already kept resumes from it (``load_state``): a task
-    retried after its process died continues where the state was kept.
+    ``checkpoint="a-name"`` with ``checkpoint_every=N`` keeps a checkpoint in
+    ``store`` under that name every N steps (``checkpoint()``), and a Trainer
+    made with a name already kept resumes from it (``resume()``): a task
+    retried after its process died goes on as if never stopped.
+    ``checkpoint_also=[...]``: more objects whose state goes with it (any
+    with ``state_dict``/``load_state_dict``, or a ``torch.Generator``).
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
-                 state=None, keep_every=None, instruments=True):
+                 schedule=None, precision=None, device=None, keys=None, read_every=None,
+                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -130,16 +178,21 @@ class Trainer:
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, "
                                          "or clip=None")
             clip = float(clip)
+        if schedule is not None and getattr(schedule, "optimizer", None) is not optimizer:
+            raise SomatizeValueError(
+                f"schedule={type(schedule).__name__} does not schedule the Trainer's optimizer: build it over "
+                "the same one, e.g. schedule=torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)"
+            )
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
-        self._watchers = Watchers(watching, where="the Trainer's watching=")
-        self._watched = bool(self._watchers.all)
+        self.schedule = schedule
+        self.keys = checked_keys(keys)
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
         frozen = frozen_parameters(g)
-        held = sorted({frozen[id(p)] for p in params if id(p) in frozen})
-        if held:
+        held_by = sorted({frozen[id(p)] for p in params if id(p) in frozen})
+        if held_by:
             raise SomatizeValueError(
-                f"the optimizer holds parameters of frozen node(s) {held}; a frozen node is "
+                f"the optimizer holds parameters of frozen node(s) {held_by}; a frozen node is "
                 "settled and its weights may not move. Build the optimizer over "
                 "somatize.torch.parameters(g), which leaves frozen nodes out."
             )
@@ -147,27 +200,71 @@ class Trainer:
             freeze(g)
         self._modes = Modes(g)
         self._params = params
-        self._instruments = Instruments(g, optimizer, self._watchers.emit) if instruments and self._watched else None
+        self.device = self._checked_device(device, params)
+        where = self.device.type if self.device is not None else (params[0].device.type if params else "cpu")
+        if precision is not None and precision not in PRECISIONS:
+            raise SomatizeValueError(f"precision={precision!r}: give 'bf16', 'fp16' or None (the weights' own)")
+        self.precision = precision
+        self._autocast = None if precision is None else (where, PRECISIONS[precision])
+        self.scaler = torch.amp.GradScaler(where) if precision == "fp16" else None
+
+        self._watchers = Watchers(watching, where="the Trainer's watching=")  # the watchers, as given
+        self._watched = bool(self._watchers.all)
+        if read_every is None:  # hold back only from watchers that ask for what is held before they look
+            holdable = all(callable(getattr(w, "held_by", None)) for w in self._watchers.all)
+            read_every = _reading.READ_EVERY if holdable else 1
+        self.read_every = _positive_int("read_every", read_every)
+        self._reading = reading = _reading.Reading()  # what is held until the next read (_reading.py)
+        self._losses, self._loss_facts = reading.losses, reading.loss_facts  # on the step's path
+        defer = self._watched and self.read_every > 1
+        self._emitting = held(reading.held) if defer else self._watchers  # what the graph and the facts go to
+        if defer:
+            for w in self._watchers.all:
+                if callable(getattr(w, "held_by", None)):
+                    w.held_by(self._hand_over)  # a Recorder flushed or closed gets what was done first
+        self._unraised = None  # a non-finite loss read where it could not be refused (_hand_over)
+        self._resumable = [w for w in self._watchers.all
+                           if callable(getattr(w, "checkpoint", None)) and callable(getattr(w, "rewind", None))]
+        self._instruments = (Instruments(g, optimizer, self._emitting.emit, reading.owe if defer else None)
+                             if instruments and self._watched else None)
         self._graph_forward = g.forward
-        self._fast = self.every == 1 and self.micro == 1
+        self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
+        self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
         self._clock = self._instruments.clock if self._instruments is not None else None
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
+        self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS  # by when the losses are read in any case
         self._open = 0  # steps in the open group
         self._group_n = 0  # examples in the open group
         self._first_n = 0  # examples in the open group's first batch
         self._in_graph = 0  # ns spent inside the graph's forwards this step (timed when watched)
-        self._keeping(state, keep_every)
+        self._fit_at = None  # inside fit: [epoch, batches done, the RNG as that epoch drew its order]
+        self._resume_at = None  # resumed: where fit stood, for the next fit to go on from
+        self._fit_loader = None  # inside fit: a loader that keeps its own place (state_dict)
+        self._also = _kept.checked_also(checkpoint_also)
+        self._checkpoint_name = _kept.checked_name(store, checkpoint, checkpoint_every)
+        self._checkpoint_every = None if checkpoint_every is None else _positive_int("checkpoint_every",
+                                                                                     checkpoint_every)
+        if self._checkpoint_name is not None:
+            self.resume()
 
     # -- the primitive
     def step(self, batch):
         """Forward, loss, backward; an update when the group closes.
-        Returns the loss of the whole batch as a float."""
+
+        Returns the loss of the whole batch as a 0-d tensor, detached, on the
+        device, without waiting for it: ``float(trainer.step(b))`` reads it
+        (a host sync); ``trainer.loss`` is the last one read off the device."""
         began = perf_counter_ns()
-        x, y = self._pair(batch)
+        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor and self.keys is None:
+            x, y = batch  # the common case, checked in one line
+        else:
+            x, y = pair(batch, self.keys)
+        if self.device is not None:
+            x, y = moved(x, self.device), moved(y, self.device)
         index = self.steps
         self.steps = index + 1
         self._in_graph = 0
@@ -180,6 +277,7 @@ class Trainer:
             self._clocks_due = began + CLOCKS_AT_MOST_NS
             self._began_s = time()
             self._split[:] = (0, 0, 0)
+            self._lrs = [group["lr"] for group in self.optimizer.param_groups]  # what this step's update uses
         if self._instruments is not None:
             self._instrument()
         try:
@@ -187,25 +285,29 @@ class Trainer:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
                 self._backward(loss, index)
-                self._update()
-                updated = True
+                updated = self._update()
             elif self._fast:
-                value = self._timed(x, y, index)
-                updated = True
+                value, updated = self._timed(x, y, index)
             else:
                 value, updated = self._grouped(x, y, index, clocks)
-        except NonFiniteLoss as e:
+        except NonFiniteLoss as e:  # read_every=1: refused before its backward
             self._drop()
             if self._watched:
                 self._facts(e.loss, False, began, clocks)
             raise
         except BaseException:
             self._drop()
+            self._read(check=False, last=index - 1)  # what was held (the failed forward's facts) is handed over
             raise
+        losses = self._losses
+        if self.read_every > 1:
+            losses.append(value)  # the losses held are those of the steps just before the last
         if self._watched:
             self._facts(value, updated, began, clocks)
-        if self._keep_every and self.steps % self._keep_every == 0:
-            self.keep_state()
+        elif len(losses) >= self.read_every or began >= self._read_due:
+            self._read()
+        if self._checkpoint_every and self.steps % self._checkpoint_every == 0:
+            self.checkpoint()
         return value
 
     def _grouped(self, x, y, index, clocks):
@@ -213,18 +315,27 @@ class Trainer:
         if self._open == 0:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
-        value = 0.0
+        value = None
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
         split, now = self._split, perf_counter_ns if clocks else _no_clock
+        autocast, scaler = self._autocast, self.scaler
         for xi, yi in pieces:
-            out = self._forward(xi)
-            t = now()
-            loss = self.objective(out, yi)
+            if autocast is None:
+                out = self._forward(xi)
+                t = now()
+                loss = self.objective(out, yi)
+            else:
+                with torch.autocast(autocast[0], dtype=autocast[1]):
+                    out = self._forward(xi)
+                    t = now()
+                    loss = self.objective(out, yi)
             k = xi.shape[0]
-            value += self._value(loss, index) * k / n
+            part = self._value(loss, index)
+            value = part if k == n else part * (k / n) if value is None else value + part * (k / n)
             scale = k * unit
             t1 = now()
-            self._backward(loss * scale if scale != 1.0 else loss, index)
+            scaled = loss * scale if scale != 1.0 else loss
+            self._backward(scaled if scaler is None else scaler.scale(scaled), index)
             t2 = now()
             split[0] += t1 - t
             split[1] += t2 - t1
@@ -233,7 +344,7 @@ class Trainer:
         closed = self._open == self.every
         if closed:
             t = now()
-            self._close()
+            closed = self._close()
             split[2] += now() - t
         return value, closed
 
@@ -246,9 +357,9 @@ class Trainer:
         t1 = perf_counter_ns()
         self._backward(loss, index)
         t2 = perf_counter_ns()
-        self._update()
+        updated = self._update()
         self._split[:] = (t1 - t0, t2 - t1, perf_counter_ns() - t2)
-        return value
+        return value, updated
 
     def _backward(self, loss, index):
         clock = self._clock
@@ -260,26 +371,16 @@ class Trainer:
 
     def close_group(self):
         """Close a group left open (fewer than ``every`` steps since the last
-        update): update as one step on the concatenation of its batches.
-        Returns whether an update happened."""
+        update): update as one step on the concatenation of its batches, and
+        read the losses held (``deliver``). Returns whether an update happened."""
         if self._open == 0:
+            self.deliver()
             return False
-        self._close()
-        if self._watched:
-            self._watchers.emit({"fact": "updated"})
-        return True
-
-    def flush(self):
-        """Deprecated: ``close_group()``. (``flush`` makes a Recorder's facts
-        durable and sends a Live panel's to the browser; here it meant
-        something else.)"""
-        warnings.warn(
-            "Trainer.flush() is now Trainer.close_group(): it closes the open group of steps "
-            "with an update (flush means making facts durable, on a Recorder)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.close_group()
+        updated = self._close()
+        if updated and self._watched:
+            self._emitting.emit({"fact": "updated"})
+        self.deliver()
+        return updated
 
     def _close(self):
         expected = self.every * self._first_n
@@ -287,24 +388,78 @@ class Trainer:
             grads = [p.grad for p in self._params if p.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, expected / self._group_n)
-        self._update()
+        return self._update()
 
     def _update(self):
+        """Clip, the optimizer's step, zero_grad; the schedule's step. Returns
+        whether the weights moved (fp16's scaler skips an update whose
+        gradients hold inf or nan)."""
         probe = self._instruments if self._instruments is not None and due(self.updates) else None
+        scaler = self.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
         if probe is not None:
             probe.before_update()
         if self.clip is not None:
             torch.nn.utils.clip_grad_norm_(self._params, self.clip)
-        self.optimizer.step()
+        if scaler is None:
+            self.optimizer.step()
+            moved_ = True
+        else:
+            scale = scaler.get_scale()
+            scaler.step(self.optimizer)
+            scaler.update()
+            moved_ = scaler.get_scale() >= scale  # the scale backs off exactly when the update was skipped
         if probe is not None:
             probe.after_update()
         self.optimizer.zero_grad()
-        self.updates += 1
         self._open = self._group_n = 0
+        if moved_:
+            self.updates += 1
+            if self.schedule is not None:
+                self.schedule.step()
+        return moved_
 
     def _drop(self):
         self.optimizer.zero_grad()
         self._open = self._group_n = 0
+
+    # -- the losses, read off the device in bulk (_reading.py)
+    @property
+    def loss(self):
+        """The last loss read off the device (a float), or None."""
+        return self._reading.last
+
+    def deliver(self):
+        """Read the losses of the steps not read yet off the device, in one
+        go, and hand every fact held back since to the watchers, in order.
+        Raises ``NonFiniteLoss`` naming the first step whose loss was nan or
+        inf. ``step`` does it every ``read_every`` steps; call it to see the
+        facts of the steps so far now."""
+        self._read()
+
+    def _hand_over(self):
+        """A Recorder is flushed, closed or read: what is held back goes first."""
+        self._read(check=False)
+
+    def _read(self, check=True, last=None):
+        """Read what is held (``_reading``); ``last``: the step of the last
+        loss held (by default the last step)."""
+        found = self._reading.read(self._watchers, self.steps - 1 if last is None else last)
+        self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS
+        bad, self._unraised = self._unraised or found, None
+        if bad is not None and not check:
+            self._unraised = bad  # refused at the next read that can
+        elif bad is not None:
+            self._drop()
+            e = NonFiniteLoss(
+                f"step {bad[0]}: the loss is {bad[1]}, read off the device {self.steps - 1 - bad[0]} steps "
+                f"later (read_every={self.read_every}), so those steps ran, and updated the weights, after it. "
+                "Resume from a checkpoint kept before it, look at that batch, lower the learning rate or pass "
+                "clip=; read_every=1 refuses a non-finite loss before its backward, touching nothing."
+            )
+            e.step, e.loss = bad
+            raise e
 
     # -- sugar
     def fit(self, batches, epochs=1, progress=True):
@@ -312,7 +467,18 @@ class Trainer:
         (tqdm's text bar on stderr, in a terminal and in a notebook alike: a
         widget bar would be saved in a notebook as it was when it appeared,
         "0%", whereas the text keeps its last state). A group left open at the
-        end of an epoch is closed there (see ``close_group``)."""
+        end of an epoch is closed there (see ``close_group``).
+
+        Resumed from a checkpoint kept inside ``fit``, it goes on at the batch
+        and epoch where that stood: the epochs before are not run again (no
+        group closed in them), and that epoch draws its batches in the same
+        order (torch's RNG and a DataLoader's ``generator`` are put back as
+        they were when the epoch began). The batches already done are
+        skipped without loading them by a DataLoader loading in this process
+        (``num_workers=0``: its sampler is advanced) or a loader that keeps
+        its own place (``state_dict``/``load_state_dict``, as torchdata's
+        StatefulDataLoader); any other iterable loads them again and drops
+        them."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and iter(batches) is batches:
             raise SomatizeTypeError(
@@ -321,6 +487,12 @@ class Trainer:
                 "DataLoader, or list(batches)."
             )
         total = len(batches) if hasattr(batches, "__len__") else None
+        at, self._resume_at = self._resume_at, None
+        if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
+            at = [self.steps // total, self.steps % total, None, None] if total else [0, self.steps, None, None]
+        keeps_place = callable(getattr(batches, "state_dict", None)) and callable(
+            getattr(batches, "load_state_dict", None))
+        self._fit_loader = batches if keeps_place else None
         bar = None
         if progress:
             import sys
@@ -328,25 +500,51 @@ class Trainer:
             from tqdm.std import tqdm
 
             bar = tqdm(total=total * epochs if total is not None else None, unit="step", leave=True, file=sys.stderr)
+            if at is not None:
+                bar.update(at[0] * (total or 0) + at[1])
+        generator = getattr(batches, "generator", None)
+        generator = generator if isinstance(generator, torch.Generator) else None
+        first = at[0] if at is not None else 0
+        shown = None
         try:
-            done = self._resumed_steps  # a resumed Trainer skips the steps its state has done
-            self._resumed_steps = 0
-            if bar is not None and done:
-                bar.update(done)
-            for epoch in range(epochs):
-                for batch in batches:
-                    if done:
-                        done -= 1
-                        continue
-                    value = self.step(batch)
+            for epoch in range(first, epochs):
+                it = self._epoch_begins(batches, epoch, at if epoch == first else None, generator, total)
+                for batch in it:
+                    self._fit_at[1] += 1
+                    self.step(batch)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
+                        if self.loss is not shown:
+                            shown = self.loss
+                            bar.set_postfix(epoch=epoch, loss=f"{shown:.4g}", refresh=False)
                 self.close_group()
         finally:
+            self._fit_at = self._fit_loader = None
             if bar is not None:
                 bar.close()
         return self
+
+    def _epoch_begins(self, batches, epoch, at, generator, total):
+        """An iterator over the batches of ``epoch`` still to do; ``at``:
+        where a resumed run stood in it ([epoch, batches done, the RNG as the
+        epoch drew its order, the loader's state])."""
+        skip, drawn, loader = (0, None, None) if at is None else at[1:]
+        now = None if at is None else _rng_of(generator)  # the RNG as the checkpoint left it
+        if drawn is not None:
+            _put_rng(drawn, generator)  # the order this epoch drew
+        self._fit_at = [epoch, skip, _rng_of(generator)]
+        if loader is not None:  # a loader that keeps its own place (torchdata's StatefulDataLoader)
+            batches.load_state_dict(loader)
+            skip = 0
+        if total is not None and skip >= total > 0:
+            it = iter(())
+        else:
+            it = iter(batches)
+            if skip:
+                _skip(it, skip)
+        if now is not None:
+            _put_rng(now, generator)
+        return it
 
     # -- evaluation (see _evaluate.py)
     def evaluate(self, batches, metrics=None):
@@ -372,41 +570,114 @@ class Trainer:
         load(self.g, exported)
         return self
 
-    # -- state: kept in a store, resumed from it (see _state.py)
-    def _keeping(self, name, every):
-        self._resumed_steps = 0
-        self._state_name = _state.checked(self.store, name, every)
-        self._keep_every = None if every is None else _positive_int("keep_every", every)
-        if self._state_name is not None:
-            self.load_state()
-
-    def keep_state(self, store=None, name=None):
+    # -- checkpoints: kept in a store, resumed from (see _checkpoint.py)
+    def checkpoint(self, store=None, name=None):
         """Keep everything training needs to go on in ``store`` under
-        ``name`` (by default the Trainer's ``store`` and ``state=``): the
-        weights, the optimizer's state, the step and update counters, an open
-        group's gradients, and how many forwards each Recorder watching holds
-        (each is flushed first: the record holds what the state has done).
+        ``name`` (by default the Trainer's ``store`` and ``checkpoint=``):
+        the weights, the optimizer's, schedule's and gradient scaler's state,
+        the step and update counters, an open group's gradients, torch's RNG
+        streams, ``checkpoint_also``'s states, where ``fit`` stands, and the
+        position of each watcher that can resume (a Recorder: how many
+        forwards it holds, flushed first, so the record holds what the
+        checkpoint has done). The losses are read first (``deliver``).
         Tensors go through the tensor codec; nothing is pickled. Returns the
         digest."""
-        store, name = _state.where(self, store, name)
-        return _state.keep(self, store, name)
+        store, name = self._where(store, name)
+        self._read()
+        fit = None
+        if self._fit_at is not None:
+            epoch, done, (cpu, gen) = self._fit_at
+            loader = None if self._fit_loader is None else self._fit_loader.state_dict()
+            fit = {"epoch": epoch, "batches": done, "rng": cpu, "generator": gen, "loader": loader}
+        value = {
+            "format": _kept.FORMAT,
+            "counters": {"steps": self.steps, "updates": self.updates, "open": self._open,
+                         "examples": self._group_n, "first": self._first_n},
+            "fit": fit,
+            "weights": export(self.g),
+            "optimizer": _kept.optimizer_state(self.optimizer),
+            "grads": _kept.grads(self._params),
+            "schedule": None if self.schedule is None else self.schedule.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "rng": _kept.rng(),
+            "also": [_kept.state_of(obj) for obj in self._also],
+            "watchers": [w.checkpoint() for w in self._resumable],
+        }
+        return store.keep(name, value)
 
-    def load_state(self, store=None, name=None):
-        """Resume from state kept by ``keep_state``: weights, optimizer state,
-        counters and open group as they were; each Recorder watching is
-        rewound to the forwards it held then (``Recorder.rewind``), so the
-        steps done again are recorded once. ``fit`` then skips the steps
-        already done; a loop of ``step`` goes on from ``trainer.steps``.
-        Returns False, changing nothing, when nothing is kept under the name."""
-        store, name = _state.where(self, store, name)
-        return _state.load(self, store, name)
+    def resume(self, store=None, name=None):
+        """Go on from a checkpoint kept by ``checkpoint()``: everything it
+        holds put back as it was; each watcher that can resume is rewound to
+        its position then (a Recorder drops the forwards after it, so the
+        steps done again are recorded once). ``fit`` then goes on where it
+        stood; a loop of ``step`` goes on from ``trainer.steps``. Returns
+        False, changing nothing, when nothing is kept under the name."""
+        store, name = self._where(store, name)
+        if store.lookup(name) is None:
+            return False
+        value = _kept.checked(store.recall(name), name, store, self._params, self.schedule, self.scaler,
+                              self._also, self._resumable)
+        load(self.g, value["weights"])
+        _kept.load_optimizer(self.optimizer, value["optimizer"], name)
+        _kept.put_grads(self._params, value["grads"])
+        if self.schedule is not None:
+            self.schedule.load_state_dict(value["schedule"])
+        if self.scaler is not None:
+            self.scaler.load_state_dict(value["scaler"])
+        for obj, state in zip(self._also, value["also"]):
+            _kept.put_state(obj, state)
+        _kept.set_rng(value["rng"])
+        c = value["counters"]
+        self.steps, self.updates = c["steps"], c["updates"]
+        self._open, self._group_n, self._first_n = c["open"], c["examples"], c["first"]
+        fit = value["fit"]
+        self._resume_at = ([None, self.steps, None, None] if fit is None
+                           else [fit["epoch"], fit["batches"], (fit["rng"], fit["generator"]), fit["loader"]])
+        if value["watchers"]:
+            for w, position in zip(self._resumable, value["watchers"]):
+                w.rewind(position)
+        return True
+
+    def _where(self, store, name):
+        store = self.store if store is None else store
+        name = self._checkpoint_name if name is None else name
+        if store is None or name is None:
+            raise SomatizeValueError(
+                "checkpoint()/resume() need a store and a name: write trainer.checkpoint(store, "
+                "'a-run/checkpoint'), or make the Trainer with store= and checkpoint="
+            )
+        return as_store(store), name
 
     # -- helpers
+    def _pair(self, batch):
+        """``(x, y)`` of a batch, on the Trainer's device (``_batch``)."""
+        x, y = pair(batch, self.keys)
+        if self.device is not None:
+            x, y = moved(x, self.device), moved(y, self.device)
+        return x, y
+
+    @staticmethod
+    def _checked_device(device, params):
+        if device is None:
+            return None
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise SomatizeValueError(f"device={device!r:.40}: {e}; give one like 'cuda', 'cuda:1' or 'cpu'") from None
+        away = next((p for p in params if p.device.type != device.type
+                     or device.index is not None and p.device.index != device.index), None)
+        if away is not None:
+            raise SomatizeValueError(
+                f"device={str(device)!r}, but the optimizer's parameters are on {away.device}: move the "
+                f"graph's modules there first (module.to({str(device)!r})), then build the optimizer"
+            )
+        return device
+
     def _forward(self, x):
         if not self._watched:  # nobody reads trainer_us: no clocks
-            return self._graph_forward(Opaque(x), self.store, self._watchers)
+            return self._graph_forward(Opaque(x), self.store, self._emitting)
         t = perf_counter_ns()
-        out = self._graph_forward(Opaque(x), self.store, self._watchers)
+        out = self._graph_forward(Opaque(x), self.store, self._emitting)
         self._in_graph += perf_counter_ns() - t
         return out
 
@@ -418,17 +689,21 @@ class Trainer:
             inst.start()
         if inst.clock.armed:  # a step that raised left it armed
             inst.clock.reset()
-        self._watchers.output = inst.output if due(self.updates) else None
+        self._emitting.output = inst.output if due(self.updates) else None
 
     def _value(self, loss, index):
-        if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
-            what = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
-                    else f"a {type(loss).__name__}")
-            raise SomatizeTypeError(
-                f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
-                "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
-            )
-        value = loss.item()
+        """The loss, detached; read off the device here only with read_every=1."""
+        if loss.__class__ is not torch.Tensor or loss.ndim != 0:
+            if not isinstance(loss, torch.Tensor) or loss.ndim != 0:
+                what = (f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor)
+                        else f"a {type(loss).__name__}")
+                raise SomatizeTypeError(
+                    f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
+                    "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
+                )
+        if self.read_every > 1:
+            return loss.detach()
+        value = self._reading.last = loss.item()
         if value - value != 0.0:  # nan for inf and nan: not finite (math.isfinite cost a step ~0.8 µs)
             e = NonFiniteLoss(
                 f"step {index}: the loss is {value}; nothing was updated (the weights, the "
@@ -437,44 +712,35 @@ class Trainer:
             )
             e.step, e.loss = index, value
             raise e
-        return value
+        return loss.detach()
 
     def _facts(self, value, updated, began, clocks):
-        emit = self._watchers.emit
+        emit = self._emitting.emit
         if updated:
             emit({"fact": "updated"})
-        emit({"fact": "loss", "value": value})
+        if self.read_every > 1:
+            fact = {"fact": "loss", "value": value}  # its value read off the device in bulk (_read)
+            self._loss_facts.append(fact)
+            emit(fact)
+        else:
+            # read_every=1: the step's loss was read as it ended (a micro step's pieces: their sum is read here)
+            whole = value if value.__class__ is float else self._reading.last if self.micro == 1 else value.item()
+            emit({"fact": "loss", "value": whole})
         if clocks:
             emit({"fact": "wall_s", "value": self._began_s})
             objective, backward, update = self._split
             emit({"fact": "objective_us", "value": objective // 1000})
             emit({"fact": "backward_us", "value": backward // 1000})
             emit({"fact": "update_us", "value": update // 1000})
+            for i, lr in enumerate(self._lrs):
+                lr = lr if lr.__class__ is float else float(lr)
+                emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
         if self._clock is not None and self._clock.armed:
             self._clock.hand_over()
+        if len(self._losses) >= self.read_every or began >= self._read_due:
+            self._read()
         # Taken last so that handing the facts above to the watchers counts too.
         emit({"fact": "trainer_us", "value": (perf_counter_ns() - began - self._in_graph) // 1000})
-
-    def _pair(self, batch):
-        if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor:
-            return batch  # the common case, checked in one line
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise SomatizeTypeError(
-                f"step(batch) takes a pair (x, y) of tensors; got {type(batch).__name__}"
-                f"{f' of {len(batch)} items' if isinstance(batch, (tuple, list)) else ''}. "
-                "Write trainer.step((x, y))."
-            )
-        x, y = batch
-        if isinstance(x, Opaque):  # the Trainer wraps x in Opaque itself; unwrapping is harmless
-            x = x.value
-        elif isinstance(x, Data) and isinstance(x.value, torch.Tensor):
-            x = x.value.detach()  # Data means autograd is cut, here as at any edge
-        if not isinstance(x, torch.Tensor):
-            raise SomatizeTypeError(
-                f"step((x, y)): x is a {type(x).__name__}; the Trainer feeds the graph a tensor "
-                "(it crosses into the graph as Opaque(x)). Convert it with torch.as_tensor(x)."
-            )
-        return x, y
 
     def __repr__(self):
         return (
@@ -498,6 +764,30 @@ def _backward(loss, index):
 
 def _no_clock():
     return 0
+
+
+def _rng_of(generator):
+    return [torch.get_rng_state(), generator.get_state() if generator is not None else None]
+
+
+def _put_rng(kept, generator):
+    torch.set_rng_state(kept[0])
+    if generator is not None and kept[1] is not None:
+        generator.set_state(kept[1])
+
+
+def _skip(it, k):
+    """Skip ``k`` batches of ``it``. A DataLoader loading in this process
+    skips them by its sampler alone, loading none (its sampler draws its
+    order as it would have); any other iterable loads them and drops them."""
+    indices = getattr(it, "_sampler_iter", None)
+    if type(it).__name__ == "_SingleProcessDataLoaderIter" and indices is not None:
+        for _ in range(k):
+            next(indices)
+        it._num_yielded += k
+        return
+    for _ in range(k):
+        next(it)
 
 
 def _count(x, y, micro, index):

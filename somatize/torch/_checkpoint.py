@@ -1,0 +1,144 @@
+"""A Trainer's checkpoint: what a training run needs to go on as if never
+stopped, as plain data a Store keeps without pickle.
+
+The rule kept here: the checkpoint is everything the next step depends on.
+The weights (an export), the optimizer's ``state_dict`` (its per-parameter
+state keyed by the parameter's index as a str, since a name in a store is
+text), the gradients of an open group, the counters, the schedule's and
+the gradient scaler's ``state_dict``, torch's RNG streams (CPU, and CUDA
+where it is in use), the state of each further object the user hands in
+(``checkpoint_also=``), where ``fit`` stood (epoch, batches done, and the RNG
+streams as they were when that epoch drew its batch order), and the
+position of each watcher that can resume (a watcher that defines
+``checkpoint()`` and ``rewind(position)``, as the Recorder does). A Trainer
+resumed from it takes the same steps as one never stopped, bit for bit.
+
+These functions turn values into the kept form and back; the Trainer
+(``_trainer.py``) owns its counters and decides what to put where.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._base.errors import SomatizeTypeError, SomatizeValueError
+
+FORMAT = 2
+FIELDS = frozenset(("format", "counters", "fit", "weights", "optimizer", "grads", "schedule", "scaler", "rng",
+                    "also", "watchers"))
+
+
+def checked_name(store, name, every):
+    """The checkpoint's name, after checking the Trainer's ``checkpoint=`` and ``checkpoint_every=``."""
+    if name is None:
+        if every is not None:
+            raise SomatizeValueError(
+                f"checkpoint_every={every!r} keeps a checkpoint, under a name: write "
+                f"Trainer(..., store=store, checkpoint='a-run/checkpoint', checkpoint_every={every!r})"
+            )
+        return None
+    if not isinstance(name, str) or not name:
+        raise SomatizeTypeError(f"checkpoint= takes the name to keep the Trainer's checkpoint under, like "
+                                f"checkpoint='a-run/checkpoint'; got {name!r:.60}")
+    if store is None:
+        raise SomatizeValueError(f"checkpoint={name!r} keeps the Trainer's checkpoint in a store: give store= too")
+    return name
+
+
+def checked_also(also):
+    """``checkpoint_also=``: objects with ``state_dict``/``load_state_dict``
+    (a sampler of one's own, a counter) or ``torch.Generator``s."""
+    also = list(also or ())
+    for i, obj in enumerate(also):
+        if isinstance(obj, torch.Generator):
+            continue
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise SomatizeTypeError(
+                f"checkpoint_also[{i}] is a {type(obj).__name__}, which has no state_dict()/load_state_dict(): "
+                "hand in objects that do (a sampler, a counter of your own) or a torch.Generator"
+            )
+    return also
+
+
+def state_of(obj):
+    return obj.get_state() if isinstance(obj, torch.Generator) else obj.state_dict()
+
+
+def put_state(obj, state):
+    if isinstance(obj, torch.Generator):
+        obj.set_state(state)
+    else:
+        obj.load_state_dict(state)
+
+
+def rng():
+    """torch's RNG streams: the CPU's, and each CUDA device's once CUDA is in use."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return {"cpu": torch.get_rng_state(), "cuda": list(cuda)}
+
+
+def set_rng(kept):
+    torch.set_rng_state(kept["cpu"])
+    if kept["cuda"]:
+        torch.cuda.set_rng_state_all(kept["cuda"])
+
+
+def optimizer_state(optimizer):
+    kept = optimizer.state_dict()
+    return {"state": {str(k): v for k, v in kept["state"].items()}, "param_groups": kept["param_groups"]}
+
+
+def load_optimizer(optimizer, kept, name):
+    try:
+        optimizer.load_state_dict(
+            {"state": {int(k): v for k, v in kept["state"].items()}, "param_groups": kept["param_groups"]}
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise SomatizeValueError(
+            f"the optimizer's state kept under {name!r} does not fit this optimizer ({e}); resume with "
+            f"the optimizer the checkpoint was kept with ({type(optimizer).__name__} here)"
+        ) from None
+
+
+def grads(params):
+    return {str(i): p.grad.detach().clone() for i, p in enumerate(params) if p.grad is not None}
+
+
+def put_grads(params, kept):
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            g = kept.get(str(i))
+            p.grad = None if g is None else g.to(device=p.device, dtype=p.dtype).clone()
+
+
+def checked(value, name, store, params, schedule, scaler, also, watchers):
+    """``value`` recalled from ``store`` under ``name``, checked to be a
+    checkpoint this Trainer can resume from; the error names what differs."""
+    if not isinstance(value, dict) or set(value) != FIELDS or value["format"] != FORMAT:
+        raise SomatizeValueError(
+            f"{name!r} in the store at {store.path} is not a Trainer's checkpoint (kept by "
+            f"Trainer.checkpoint, format {FORMAT}); give the name the checkpoint was kept under, "
+            "or another name to start afresh"
+        )
+    kept = value["grads"]
+    if any(not k.isdigit() or int(k) >= len(params) for k in kept):
+        raise SomatizeValueError(f"the checkpoint {name!r} holds gradients of {len(kept)} parameters the "
+                                 f"optimizer does not have ({len(params)}): it was kept by another Trainer")
+    for what, mine, theirs in (("schedule=", schedule is not None, value["schedule"] is not None),
+                               ("precision='fp16' (a gradient scaler)", scaler is not None,
+                                value["scaler"] is not None)):
+        if mine != theirs:
+            raise SomatizeValueError(
+                f"the checkpoint {name!r} was kept by a Trainer {'with' if theirs else 'without'} {what}, "
+                f"and this one is {'with' if mine else 'without'}: resume with the Trainer's arguments as "
+                "they were when it was kept"
+            )
+    for what, n, k in (("checkpoint_also=", len(also), len(value["also"])),
+                       ("watchers that resume (a Recorder)", len(watchers), len(value["watchers"]))):
+        # a record kept, or resumed, without a Recorder: nothing to rewind
+        if n != k and (what == "checkpoint_also=" or n and k):
+            raise SomatizeValueError(
+                f"the checkpoint {name!r} holds the state of {k} {what}, this Trainer has {n}: resume with "
+                "the same ones, in the same order"
+            )
+    return value
