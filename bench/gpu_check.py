@@ -29,10 +29,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from somatize import Graph, Node, Opaque, Recorder, Store
 from somatize.torch import Trainer, _reading, parameters
+
+# The host-sync counter the tests use, beside them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from torch_models import HostSyncs  # noqa: E402
 
 MSE = torch.nn.functional.mse_loss
 
@@ -94,30 +97,6 @@ def gap(trainer, net):
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(got, net.parameters()))
 
 
-class Syncs(TorchFunctionMode):
-    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
-             torch.Tensor.__bool__, torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.__format__}
-
-    def __init__(self, optimizer):
-        super().__init__()
-        self.count, self.inside = 0, 0
-        step = optimizer.step
-
-        def counted(*a, **k):
-            self.inside += 1
-            try:
-                return step(*a, **k)
-            finally:
-                self.inside -= 1
-
-        optimizer.step = counted
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in self.READS and not self.inside:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -154,7 +133,7 @@ def main():
         rec = Recorder(Store(Path(tmp) / "s"), run="sync")
         t = Trainer(g, MSE, opt, device=device, watching=rec, read_every=32, instruments=False)
         on_device = batches(64, device)
-        with Syncs(opt) as syncs:
+        with HostSyncs(opt) as syncs:
             for b in on_device:
                 t.step(b)
         rec.close()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.errors import MissingExtra as MissingExtra
     from ._base.errors import NodeError as NodeError
     from ._base.errors import NonFiniteLoss as NonFiniteLoss
+    from ._base.errors import QueryError as QueryError
     from ._base.errors import SomatizeError as SomatizeError
     from ._base.errors import SomatizeKeyError as SomatizeKeyError
     from ._base.errors import SomatizeTypeError as SomatizeTypeError
@@ -42,6 +43,7 @@ _WHERE = {
     "Node": "._graph.engine",
     "NodeError": "._base.errors",
     "Opaque": "._base.values",
+    "QueryError": "._base.errors",
     "Recorder": ".record._recorder",
     "SomatizeError": "._base.errors",
     "Store": "._store.store",

@@ -72,44 +72,54 @@ def _setting(value) -> str:
     return text if len(text) <= WIDE else text[: WIDE - 1] + "…"
 
 
-def runs_table(path) -> str:
+def runs_table(path, where=None) -> str:
     """The text ``somatize runs`` prints: one line per run; below the table,
-    why each interrupted run was (its ``cause``) and why each damaged run is. Columns: the run, its state,
-    counts, its config (``config.<key>``, as ``somatize.record.runs`` names
-    them), the last value of each summarised fact, when it was updated.
-    Linear in the runs and their summarised facts."""
+    why each interrupted run was (its ``cause``) and why each damaged run
+    is. Columns: the run, its state, counts, its config (``config.<key>``)
+    and the last value of each summarised fact (``<fact>.last``), named as
+    ``somatize.record.runs`` names them (``record/_columns``), and when it
+    was updated. ``where``: only the runs that query holds for
+    (``record/_where``; a query that does not read raises ``QueryError``
+    before anything is read). Linear in the runs and their summarised facts."""
+    from .record._columns import QUERY_STATS, config_columns, row
     from .record._runs import summaries
-    from .record._summary import config_columns
+    from .record._where import Query, matching
 
+    query = None if where is None else Query(where)
     rows = summaries(Path(path))
+    if query is not None:
+        chosen = {id(s) for s in matching(rows, query, key=lambda s: row(s, QUERY_STATS))}
+        rows = [s for s in rows if id(s) in chosen]
+        if not rows:
+            return f"no run in {path} matches {where!r}"
     if not rows:
         return f"no runs in {path} yet"
     names: dict = {}
     keys: dict = {}
     configs = []
-    for row in rows:
-        for name in row.get("summarising", {}):
+    for row_ in rows:
+        for name in row_.get("summarising", {}):
             names.setdefault(name, None)
-        configs.append(config_columns(row.get("config") or {}))
+        configs.append(config_columns(row_.get("config") or {}))
         keys.update(dict.fromkeys(configs[-1]))
     more = max(0, len(names) - SHOWN)
     names = list(names)[:SHOWN]
     more_keys = max(0, len(keys) - SHOWN)
     keys = list(keys)[:SHOWN]
     now = time.time()
-    head = ["run", "state", "forwards", "facts", *keys, *names, "updated"]
+    head = ["run", "state", "forwards", "facts", *keys, *(f"{n}.last" for n in names), "updated"]
     lines = [head]
-    for row, config in zip(rows, configs):
-        stats = row.get("summarising", {})
+    for row_, config in zip(rows, configs):
+        stats = row_.get("summarising", {})
         lines.append(
             [
-                row["run"],
-                row["state"],
-                _whole(row.get("forwards")),
-                _whole(row.get("facts")),
+                row_["run"],
+                row_["state"],
+                _whole(row_.get("forwards")),
+                _whole(row_.get("facts")),
                 *(_setting(config[k]) if k in config else "" for k in keys),
                 *(_number(stats.get(n, {}).get("last")) for n in names),
-                _ago(row.get("updated"), now),
+                _ago(row_.get("updated"), now),
             ]
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -123,11 +133,11 @@ def runs_table(path) -> str:
         out.append(f"({more_keys:,} more config keys not shown: somatize.record.runs(store) has them all)")
     if more:
         out.append(f"({more:,} more summarised facts not shown: somatize.record.runs(store) has them all)")
-    for row in rows:
-        if "cause" in row:
-            out.append(f"interrupted: {row['run']}: {row['cause']}")
-        if "problem" in row:
-            out.append(f"damaged: {row['run']}: {row['problem']} (`somatize check {path}` says more)")
+    for row_ in rows:
+        if "cause" in row_:
+            out.append(f"interrupted: {row_['run']}: {row_['cause']}")
+        if "problem" in row_:
+            out.append(f"damaged: {row_['run']}: {row_['problem']} (`somatize check {path}` says more)")
     return "\n".join(out)
 
 
@@ -168,9 +178,14 @@ def parser() -> argparse.ArgumentParser:
     """The command line, as `somatize --help` shows it (docs/API.md renders it too)."""
     out = argparse.ArgumentParser(prog="somatize", description="Look at a somatize store.")
     sub = out.add_subparsers(dest="command", required=True)
-    sub.add_parser("runs", help="list the runs of a store with their summaries and state",
-                   description="List the runs of a store: state, forwards, steps, summaries, configuration."
-                   ).add_argument("store", help="the store's folder")
+    listing = sub.add_parser("runs", help="list the runs of a store with their summaries and state",
+                             description="List the runs of a store: state, forwards, steps, summaries, "
+                             "configuration.")
+    listing.add_argument("store", help="the store's folder")
+    listing.add_argument("--where", metavar="QUERY", default=None,
+                         help="only the runs this query holds for, e.g. --where 'config.lr < 1e-2 and "
+                         "loss.best < 0.1' (columns: state, steps, duration, age, config.<key>, "
+                         "<fact>.last|best|min|max; and, or, not, in [...])")
     sub.add_parser("check", help="verify every object and every run's record",
                    description="Re-hash every object and read every record of a store; exit 1 naming "
                    "what is damaged. Reports, never raises.").add_argument("store", help="the store's folder")
@@ -187,11 +202,14 @@ def main(argv=None) -> int:
     except _Usage as e:
         print(f"somatize {args.command}: {e}", file=sys.stderr)
         return 2
-    from ._base.errors import SomatizeError
+    from ._base.errors import QueryError, SomatizeError
 
     if args.command == "runs":
         try:
-            print(runs_table(path))
+            print(runs_table(path, args.where))
+        except QueryError as e:  # a usage error: the question, not the store
+            print(f"somatize runs: {e}", file=sys.stderr)
+            return 2
         except SomatizeError as e:
             print(f"somatize runs: {e}", file=sys.stderr)
             return 1

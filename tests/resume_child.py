@@ -12,37 +12,14 @@ import sys
 
 import torch
 
-from somatize import Graph, Node, Opaque, Recorder, Store
+from somatize import Graph, Recorder, Store
 from somatize.torch import Trainer, parameters
 
+from torch_models import Body, Head
+
 store, kill_at = Store(sys.argv[1]), int(sys.argv[2])
-
-
-class Body(Node):
-    def __init__(self):
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3),
-                                       torch.nn.Linear(32, 32))
-
-    def forward(self, x, ctx):
-        return Opaque(self.net(x))
-
-    def parameters(self):
-        return list(self.net.parameters())
-
-
-class Head(Node):
-    def __init__(self):
-        self.out = torch.nn.Linear(32, 1)
-
-    def forward(self, x, ctx):
-        return Opaque(self.out(x))
-
-    def parameters(self):
-        return list(self.out.parameters())
-
-
 torch.manual_seed(0)
-g = Graph.somatize(Body().named("body") >> Head().named("head"))
+g = Graph.somatize(Body(dropout=0.3).named("body") >> Head().named("head"))
 gen = torch.Generator().manual_seed(3)
 x = torch.randn(80, 8, generator=gen)
 data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))

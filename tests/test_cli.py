@@ -37,7 +37,7 @@ def test_runs_lists_each_run_with_its_state_and_summary(tmp_path):
     table = rows(done.stdout)
     assert set(table) == {"done", "live"}
     assert table["done"]["state"] == "finished" and table["done"]["forwards"] == "30"
-    assert float(table["done"]["loss"]) == float(f"{0.5 / 30:.4g}")
+    assert float(table["done"]["loss.last"]) == float(f"{0.5 / 30:.4g}")
     assert table["live"]["state"] == "running"  # held by this process
     live.close()
     assert rows(somatize("runs", store.path).stdout)["live"]["state"] == "finished"
@@ -194,15 +194,15 @@ def test_runs_table_aligns_numbers_right_with_thousands_and_four_digits(tmp_path
     done = somatize("runs", store.path)
     rows = table_cells(done.stdout)
     head = rows[0][0]
-    assert head[:5] == ["run", "state", "forwards", "facts", "loss"]
+    assert head[:5] == ["run", "state", "forwards", "facts", "loss.last"]
     by_run = {cells[0]: dict(zip(head, cells)) for cells, _ in rows[1:]}
     assert by_run["big"]["forwards"] == "1,234" and by_run["small"]["forwards"] == "7"
     assert by_run["big"]["facts"] == "1,234"
-    assert by_run["big"]["loss"] == "0.0001235" and by_run["small"]["loss"] == "1.235e+04"
+    assert by_run["big"]["loss.last"] == "0.0001235" and by_run["small"]["loss.last"] == "1.235e+04"
     for k, column in enumerate(head):
         starts = {spans[k][0] for _, spans in rows}
         ends = {spans[k][1] for _, spans in rows}
-        if column in ("forwards", "facts", "loss"):
+        if column in ("forwards", "facts", "loss.last"):
             assert len(ends) == 1, column  # numbers end where their column ends
         elif column in ("run", "state"):
             assert len(starts) == 1, column
@@ -240,5 +240,5 @@ def test_runs_with_thousands_of_summarised_facts_shows_a_few_and_says_so(tmp_pat
         r({"fact": "m00000", "value": 1.0})
     done = somatize("runs", store.path)
     head = table_cells(done.stdout)[0][0]
-    assert head == ["run", "state", "forwards", "facts", *names[:6], "updated"]
+    assert head == ["run", "state", "forwards", "facts", *(f"{n}.last" for n in names[:6]), "updated"]
     assert "2,994 more summarised facts" in done.stdout

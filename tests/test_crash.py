@@ -108,5 +108,5 @@ def test_four_processes_record_four_runs_into_one_store_at_once(tmp_path):
         assert steps == [{"fact": "step", "run": name, "i": i} for i in range(5000)]
         assert list(curve(store, name, "loss")) == [i / 5000 for i in range(5000)]
         assert listed.loc[name, "state"] == "finished" and listed.loc[name, "forwards"] == 5000
-        assert listed.loc[name, "loss"] == 4999 / 5000
+        assert listed.loc[name, "loss.last"] == 4999 / 5000
     assert check_runs(path) == ([], []) and store.check() == []

@@ -154,7 +154,7 @@ def test_runs_lists_state_and_summarised_facts(store, steps):
     assert listed.loc["r", "forwards"] == len(steps)
     assert listed.loc["r", "facts"] == 5 * len(steps)
     losses = [s[4]["value"] for s in steps]
-    assert listed.loc["r", "loss"] == losses[-1] and listed.loc["r", "loss_min"] == min(losses)
+    assert listed.loc["r", "loss.last"] == losses[-1] and listed.loc["r", "loss.min"] == min(losses)
     recorder.close()
     assert runs(store).set_index("run").loc["r", "state"] == "finished"
 
@@ -569,7 +569,7 @@ def test_a_run_whose_first_loss_was_infinite_resumes_and_summarises_on(store):
         recorder.forward_began()
         recorder({"fact": "loss", "value": 0.5})
     row = runs(store).set_index("run").loc["r"]
-    assert (row["state"], row["loss"], row["loss_min"]) == ("finished", 0.5, 0.5)
+    assert (row["state"], row["loss.last"], row["loss.min"]) == ("finished", 0.5, 0.5)
 
 
 def test_facts_before_the_first_forward_belong_to_forward_0_with_it_and_shift_no_forward(tmp_path):

@@ -47,7 +47,7 @@ def test_runs_has_one_column_per_config_key_nested_keys_dotted(tmp_path):
     assert math.isnan(table.loc["a", "config.batch"])  # a key a run lacks is empty
     assert table.loc["plain", ["config.lr", "config.batch"]].isna().all()
     columns = list(table.reset_index().columns)
-    assert columns.index("config.lr") < columns.index("loss")  # the settings, then the outcomes
+    assert columns.index("config.lr") < columns.index("loss.last")  # the settings, then the outcomes
 
 
 def test_numpy_numbers_in_a_config_are_kept_as_plain_numbers(tmp_path):
@@ -155,7 +155,7 @@ def test_somatize_runs_shows_the_config_as_columns(tmp_path):
     head = lines[0].split()
     assert head[:4] == ["run", "state", "forwards", "facts"]
     assert {"config.lr", "config.optim.name", "config.layers"} <= set(head)
-    assert head.index("config.lr") < head.index("loss")
+    assert head.index("config.lr") < head.index("loss.last")
     line_a = next(line for line in lines if line.startswith("a "))
     line_b = next(line for line in lines if line.startswith("b "))
     assert "0.1" in line_a.split() and "adam" in line_a.split() and "[64,64]" not in line_a

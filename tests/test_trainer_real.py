@@ -14,7 +14,7 @@ from somatize.record import curve, progress
 from somatize.torch import NonFiniteLoss, Trainer, _reading, parameters
 
 from pictures import svg_markup
-from torch_models import batches, built
+from torch_models import HostSyncs, batches, built
 
 MSE = torch.nn.functional.mse_loss
 
@@ -231,35 +231,6 @@ def test_parameters_on_another_device_are_refused_saying_to_move_them_first():
 
 
 # -- no host sync on the step path -----------------------------------------------
-
-
-class HostSyncs(TorchFunctionMode):
-    """Counts what reads a tensor's value into Python (a host sync on a GPU),
-    outside the optimizer's own step (torch keeps Adam's step count on the
-    CPU, so its .item() there waits for no device)."""
-
-    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
-             torch.Tensor.__bool__, torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.__format__}
-
-    def __init__(self, optimizer):
-        super().__init__()
-        self.count = 0
-        self.inside = 0
-        step = optimizer.step
-
-        def counted_step(*a, **k):
-            self.inside += 1
-            try:
-                return step(*a, **k)
-            finally:
-                self.inside -= 1
-
-        optimizer.step = counted_step
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in self.READS and not self.inside:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("instruments", [False, True])

@@ -110,7 +110,7 @@ def test_a_recorder_rewound_drops_the_later_forwards_and_numbers_on_from_there(t
     assert list(curve(store, "a", "loss")) == [0.0, 1.0, 2.0, 3.0, 4.5, 5.5]
     assert [f["value"] for f in facts(store, "a") if f["fact"] == "loss"] == [0.0, 1.0, 2.0, 3.0, 4.5, 5.5]
     row = runs(store).iloc[0]
-    assert (row["forwards"], row["facts"], row["loss"], row["loss_min"]) == (6, 12, 5.5, 0.0)
+    assert (row["forwards"], row["facts"], row["loss.last"], row["loss.min"]) == (6, 12, 5.5, 0.0)
     report, clean = check_report(store.path)
     assert clean, report
 

@@ -4,15 +4,17 @@ same modules: the oracle the Trainer is tested against."""
 import copy
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from somatize import Graph, Node, Opaque
 from somatize.torch import parameters
 
 
 class Body(Node):
-    def __init__(self, width=32):
+    def __init__(self, width=32, dropout=0.0):
+        drop = [torch.nn.Dropout(dropout)] if dropout else []  # a random stream for a resume to keep
         self.net = torch.nn.Sequential(
-            torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, width)
+            torch.nn.Linear(8, width), torch.nn.ReLU(), *drop, torch.nn.Linear(width, width)
         )
 
     def forward(self, x, ctx):
@@ -95,3 +97,32 @@ class Oracle:
 
 def trained_optimizer(kind, g):
     return optimizer(kind, parameters(g))
+
+
+class HostSyncs(TorchFunctionMode):
+    """Counts what reads a tensor's value into Python (a host sync on a GPU),
+    outside the optimizer's own step (torch keeps Adam's step count on the
+    CPU, so its .item() there waits for no device)."""
+
+    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__float__, torch.Tensor.__int__,
+             torch.Tensor.__bool__, torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.__format__}
+
+    def __init__(self, optimizer):
+        super().__init__()
+        self.count = 0
+        self.inside = 0
+        step = optimizer.step
+
+        def counted_step(*a, **k):
+            self.inside += 1
+            try:
+                return step(*a, **k)
+            finally:
+                self.inside -= 1
+
+        optimizer.step = counted_step
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS and not self.inside:
+            self.count += 1
+        return func(*args, **(kwargs or {}))

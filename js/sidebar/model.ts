@@ -1,6 +1,6 @@
 /**
  * What the server answers (somatize/_server/_browse.py), and the few pure
- * helpers the table and the panel share: formatting, which value is best.
+ * helpers the table and the panel share: formatting, a fact's best value.
  */
 
 export interface IStore {
@@ -15,6 +15,7 @@ export interface IStat {
   last: number | null;
   min: number | null;
   max: number | null;
+  best: number | null; // the server's rule (record/_columns.best): max for a score, min for the rest
 }
 
 export interface IRun {
@@ -86,11 +87,9 @@ export interface IChosen {
   row: IRun;
 }
 
-// Higher is better for these; lower for everything else (loss, error, time).
-const HIGHER = /acc|score|f1|auc|reward|precision|recall|iou|bleu/i;
-
-export function best(name: string, stat: IStat): number | null {
-  return HIGHER.test(name) ? stat.max : stat.min;
+/** A summarised fact's best value, as the server says it (one rule, in record/_columns.py). */
+export function best(stat: IStat): number | null {
+  return stat.best ?? null;
 }
 
 export function number(v: number | null | undefined, digits = 4): string {
@@ -135,6 +134,15 @@ export function age(when: number | null | undefined, now: number): string {
     return `${Math.round(s / 3600)} h ago`;
   }
   return `${Math.round(s / 86400)} d ago`;
+}
+
+/**
+ * Whether the filter box holds a query for the server (record/_where.py:
+ * `config.lr < 1e-2 and loss.best < 0.1`) rather than a part of a run's
+ * name: a run's name has no operator, quote or bracket, nor spaces.
+ */
+export function isQuery(text: string): boolean {
+  return /[=<>!"'`[\]()]/.test(text) || /\s(and|or|in|not)\s/i.test(` ${text} `);
 }
 
 /** Whether a run was recorded with a config (an empty one says nothing). */

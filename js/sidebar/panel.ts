@@ -256,7 +256,7 @@ export class RunsPanel extends Widget {
     line('duration', r => duration(r.duration));
     for (const f of facts) {
       line(`${f} last`, r => number(r.summarising?.[f]?.last));
-      line(`${f} best`, r => (r.summarising?.[f] ? number(best(f, r.summarising[f])) : '–'));
+      line(`${f} best`, r => (r.summarising?.[f] ? number(best(r.summarising[f])) : '–'));
     }
     // each config key a row of its own, named as runs() names its column (the
     // server sends a config flattened by that rule: {"optim.lr": 0.1})

@@ -1,8 +1,11 @@
 /**
  * The sidebar: every store under the server's root, each with its runs as a
  * table (state, steps, count of findings, last and best of each summarised fact, configuration,
- * duration, age) that sorts, filters by name and refreshes by itself while a
- * run is going. Everything read from the server is put in the page as text
+ * duration, age) that sorts, filters and refreshes by itself while a run is
+ * going. The filter box takes a part of a run's name (matched here) or a
+ * query (`config.lr < 1e-2 and loss.best < 0.1`, answered by the server over
+ * every run, the grammar of `runs(store, where=...)`; one that does not read
+ * shows the server's message, which points at the place). Everything read from the server is put in the page as text
  * (textContent, attributes), never as markup: a run or store named
  * `<img onerror=…>` stays a name.
  *
@@ -24,10 +27,11 @@ import {
   configText,
   duration,
   hasConfig,
+  isQuery,
   number
 } from './model';
 import { el } from './dom';
-import { MissingServerExtension, requestAPI } from './request';
+import { MissingServerExtension, RequestError, requestAPI } from './request';
 
 export interface ISidebarActions {
   open(chosen: IChosen[]): void;
@@ -39,6 +43,7 @@ export interface ISidebarActions {
 const STATE_SIGN: Record<string, string> = { running: '▶', finished: '✓', interrupted: '‖', damaged: '✗' };
 const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
+const QUERY_WAIT_MS = 400; // typing a query: ask the server once the typing pauses
 
 type SortKey = 'run' | 'state' | 'steps' | 'findings' | 'duration' | 'age' | `fact:${string}`;
 
@@ -73,7 +78,7 @@ function details(row: IRun, facts: string[], now: number): string[] {
   for (const f of facts) {
     const stat = row.summarising?.[f];
     if (stat) {
-      out.push(`${f} ${number(stat.last, 3)} / ${number(best(f, stat), 3)}`);
+      out.push(`${f} ${number(stat.last, 3)} / ${number(best(stat), 3)}`);
     }
   }
   const config = configText(row.config);
@@ -100,9 +105,12 @@ export class RunBrowser extends Widget {
 
     this.filter = el('input', 'smz-filter');
     this.filter.type = 'search';
-    this.filter.placeholder = 'Filter runs by name';
-    this.filter.setAttribute('aria-label', 'Filter runs by name');
-    this.filter.addEventListener('input', () => this.render());
+    this.filter.placeholder = 'Filter: a name, or config.lr < 1e-2';
+    this.filter.title =
+      'A part of a run\'s name, or a query: config.lr < 1e-2 and loss.best < 0.1, state == "interrupted", ' +
+      'config.opt in ["adam", "sgd"], not …';
+    this.filter.setAttribute('aria-label', 'Filter runs by name or by a query');
+    this.filter.addEventListener('input', () => this.filtered());
     this.node.appendChild(this.filter);
 
     const bar = el('div', 'smz-actions');
@@ -126,9 +134,28 @@ export class RunBrowser extends Widget {
     this.resizer.observe(this.node);
   }
 
+  /** The filter changed: a name is matched here at once; a query is asked of the server once typing pauses. */
+  private filtered(): void {
+    const where = this.where();
+    window.clearTimeout(this.typing);
+    if (where === this.asked) {
+      this.render();
+      return;
+    }
+    this.typing = window.setTimeout(() => void this.refresh(), QUERY_WAIT_MS);
+  }
+
+  /** The query in the filter box, or '' when it holds a part of a name. */
+  private where(): string {
+    const text = this.filter.value.trim();
+    return isQuery(text) ? text : '';
+  }
+
   /** Read the stores and their runs again; schedules the next read. */
   async refresh(): Promise<void> {
     window.clearTimeout(this.timer);
+    window.clearTimeout(this.typing);
+    const where = this.where();
     try {
       const { stores } = await requestAPI<{ stores: IStore[] }>('stores');
       const rows = new Map<string, IRun[]>();
@@ -136,7 +163,11 @@ export class RunBrowser extends Widget {
         const all: IRun[] = [];
         let offset: number | null = 0;
         while (offset !== null) {
-          const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, { offset, limit: 1000 });
+          const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, {
+            offset,
+            limit: 1000,
+            ...(where ? { where } : {})
+          });
           all.push(...page.runs);
           offset = page.next;
         }
@@ -146,10 +177,20 @@ export class RunBrowser extends Widget {
       this.rows = rows;
       this.problem = '';
     } catch (error) {
-      this.problem =
-        error instanceof MissingServerExtension ? error.message : `Could not read the stores: ${(error as Error).message}`;
-      this.node.dataset.problem = error instanceof MissingServerExtension ? 'missing-server-extension' : 'error';
+      if (error instanceof RequestError && error.status === 400 && where) {
+        // the query does not read: the server's words point at the place; no run is shown as matching
+        this.problem = error.message;
+        this.node.dataset.problem = 'query';
+        this.rows = new Map();
+      } else {
+        this.problem =
+          error instanceof MissingServerExtension
+            ? error.message
+            : `Could not read the stores: ${(error as Error).message}`;
+        this.node.dataset.problem = error instanceof MissingServerExtension ? 'missing-server-extension' : 'error';
+      }
     }
+    this.asked = where;
     if (!this.problem) {
       delete this.node.dataset.problem;
     }
@@ -161,6 +202,7 @@ export class RunBrowser extends Widget {
 
   dispose(): void {
     window.clearTimeout(this.timer);
+    window.clearTimeout(this.typing);
     this.resizer.disconnect();
     super.dispose();
   }
@@ -248,7 +290,7 @@ export class RunBrowser extends Widget {
     this.message.textContent = this.problem;
     this.message.hidden = !this.problem;
     this.body.replaceChildren();
-    const match = this.filter.value.trim().toLowerCase();
+    const match = this.where() ? '' : this.filter.value.trim().toLowerCase(); // a query: the server chose the rows
     const now = Date.now() / 1000;
     if (!this.problem && this.stores.length === 0) {
       this.body.appendChild(
@@ -399,7 +441,7 @@ export class RunBrowser extends Widget {
     }
     for (const f of facts) {
       const stat = row.summarising?.[f];
-      const text = stat ? `${number(stat.last, 3)} / ${number(best(f, stat), 3)}` : '–';
+      const text = stat ? `${number(stat.last, 3)} / ${number(best(stat), 3)}` : '–';
       cell('fact', text).dataset.fact = f;
     }
     if (withConfig) {
@@ -482,5 +524,7 @@ export class RunBrowser extends Widget {
   private sortBy: SortKey = 'run';
   private sortDir = 1;
   private timer = 0;
+  private typing = 0;
+  private asked = ''; // the query the rows shown answer ('' for none)
   private resizer: ResizeObserver;
 }

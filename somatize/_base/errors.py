@@ -47,6 +47,16 @@ class StoreNotWritable(SomatizeError, PermissionError):
     """The store's folder cannot be written, or was opened ``readonly=True``."""
 
 
+class QueryError(SomatizeError, ValueError):
+    """A ``where=`` query that does not read: ``position`` is the character
+    (counted from 0) where reading stopped and ``expected`` what could have
+    stood there; the message shows the query with a caret under that place."""
+
+    def __init__(self, message, query="", position=0, expected=""):
+        super().__init__(message)
+        self.query, self.position, self.expected = query, position, expected
+
+
 class CodecError(SomatizeError, RuntimeError):
     """A user's codec raised while decoding bytes that are whole (not damage)."""
 

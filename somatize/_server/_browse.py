@@ -38,6 +38,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +49,11 @@ from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
 from .._store.names import MARKER, is_run_name, run_names_in
 from .._store.names import run_names as listed_runs
-from ..record import _runs
+from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
-from ..record._summary import config_columns
+from ..record._columns import best, config_columns
+from ..record._where import Query
 
 MAX_DEPTH = 6  # folders below the root where a store is looked for
 MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
@@ -312,14 +314,16 @@ class Browser:
             raise NotFound(f"no run {run!r} in this store")
         return root, os.path.join(root, "runs", run)
 
-    def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "") -> dict:
+    def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "") -> dict:
         """A page of the store's runs, sorted by name: ``runs`` (rows),
         ``total`` (runs matching), ``offset``, ``next`` (offset of the next
-        page, or None)."""
-        return self.runs_tagged(sid, offset, limit, match)[0]
+        page, or None). ``match``: a part of the run's name; ``where``: a
+        query (``record/_where``: ``config.lr < 1e-2 and loss.best < 0.1``),
+        answered over every run of the store, then paged."""
+        return self.runs_tagged(sid, offset, limit, match, where=where)[0]
 
     def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "",
-                    unless=()) -> tuple[dict | None, str]:
+                    unless=(), where: str = "") -> tuple[dict | None, str]:
         """``runs(...)`` and a tag that changes whenever the page would: the
         names on it, the identity of each one's summary file (a flush renames
         a new one in), the state of each running run (its lock may have been
@@ -327,8 +331,39 @@ class Browser:
         store's generation of counts of findings. When the tag is one of
         ``unless`` (the tags a poll sent back) the answer is ``(None, tag)``,
         made from one stat per run and the rows kept: no page is built."""
+        query = Query(where) if where else None  # a query that does not read: before anything is read
         with _COUNTER.listing():
+            if query is not None:
+                return self._runs_where(sid, offset, limit, match, unless, query)
             return self._runs_tagged(sid, offset, limit, match, unless)
+
+    def _runs_where(self, sid, offset, limit, match, unless, query) -> tuple[dict | None, str]:
+        """``runs_tagged`` with a query: every run's columns (kept with its
+        row while its summary.json is the same) are asked, then the matching
+        ones are paged. The tag covers every run's summary, since any may
+        come to match."""
+        root = self.store(sid)
+        limit = max(0, min(limit, PAGE))
+        counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
+        every, names, _, keys = _page_of(root, 0, None, match)
+        self._prune(sid, root, every)
+        rows = {r["run"]: r for r in self._rows_of(sid, root, names, keys)}
+        with self._lock:
+            kept = self._rows.get(sid, {})
+            columns = {n: kept[n][2] for n in rows if n in kept}
+        now = time.time()
+        chosen = [n for n in names if n in columns and query(columns[n], now)]
+        page = chosen[offset: offset + limit]
+        by_name = dict(zip(names, keys))
+        out = _counted(root, [rows[n] for n in page], {n: by_name[n] for n in page})
+        running = [(r["run"], r["state"]) for r in rows.values()
+                   if r["state"] == "running" or by_name[r["run"]] is None]
+        ticking = int(now) if "age" in query.columns else None  # an answer that depends on the clock
+        tag = _tag(sid, offset, len(chosen), page, [query.text, keys, ticking], running, counts)
+        if tag in unless:
+            return None, tag
+        end = offset + len(page)
+        return {"runs": out, "total": len(chosen), "offset": offset, "next": end if end < len(chosen) else None}, tag
 
     def _runs_tagged(self, sid, offset, limit, match, unless) -> tuple[dict | None, str]:
         root = self.store(sid)
@@ -426,8 +461,10 @@ class Browser:
             for s in _runs.summaries(root, names=missing):
                 row = _row(root, s)
                 rows[row["run"]] = row
+                # the run's columns as runs() names them, for a where= query
+                columns = _columns.row(s, _columns.QUERY_STATS)
                 with self._lock:
-                    self._rows.setdefault(sid, {})[row["run"]] = (keys.get(row["run"]), row)
+                    self._rows.setdefault(sid, {})[row["run"]] = (keys.get(row["run"]), row, columns)
         return [rows[n] for n in names if n in rows]
 
     # ---- one run ---------------------------------------------------------------
@@ -576,7 +613,8 @@ def _runs_dir(root):
 
 def _page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
     """The store's runs (all, those matching, those of the page) and the
-    ``_summary_key`` of each run of the page."""
+    ``_summary_key`` of each run of the page (``limit=None``: of every run
+    matching, which is then the page)."""
     with _runs_dir(root) as fd:
         if fd is None:
             return [], [], [], []
@@ -585,6 +623,8 @@ def _page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
         if match:
             low = match.lower()
             names = [n for n in every if low in n.lower()]
+        if limit is None:  # every run matching, each with its key
+            return every, names, names, [_summary_key(fd, n) for n in names]
         page = names[offset : offset + limit]
         return every, names, page, [_summary_key(fd, n) for n in page]
 
@@ -649,17 +689,18 @@ def _row(root: str, s: dict) -> dict:
         row["check"] = [public_text(p, root) for p in problems]
         return row
     facts = s.get("summarising") or {}
-    steps = facts.get("loss", {}).get("count")
     row.update({
         "forwards": s.get("forwards"),
-        "steps": steps if steps is not None else s.get("forwards"),
+        "steps": _columns.steps(s),
         "facts": s.get("facts"),
         "started": s.get("started"),
         "updated": s.get("updated"),
         "duration": (s["updated"] - s["started"]) if s.get("updated") and s.get("started") else None,
-        "summarising": {k: {f: v.get(f) for f in ("count", "first", "last", "min", "max")} for k, v in facts.items()},
+        # best by the rule runs() names its <fact>.best column by (record/_columns)
+        "summarising": {k: {**{f: v.get(f) for f in ("count", "first", "last", "min", "max")}, "best": best(k, v)}
+                        for k, v in facts.items()},
         "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
-        # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in _summary
+        # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in record/_columns
         "config": config_columns(s.get("config") or {}, prefix=""),
     })
     return row

@@ -24,7 +24,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from .._base.errors import SomatizeError, SomatizeKeyError
+from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
+from ..record._where import MAX_LENGTH
 from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound, public_text
 
 RESOURCE = "somatize"
@@ -45,7 +46,7 @@ class _Handler(APIHandler):
             result = await asyncio.get_running_loop().run_in_executor(_POOL, fn)
         except (NotFound, SomatizeKeyError) as e:
             return self._fail(404, e)
-        except Bad as e:
+        except (Bad, QueryError) as e:  # a query parameter, or a where= query, that does not read
             return self._fail(400, e)
         except Busy as e:
             return self._fail(409, e)
@@ -97,7 +98,7 @@ class RunsHandler(_Handler):
         unless = frozenset(_TAGS.findall(self.request.headers.get("If-None-Match", "")[:4096]))
         await self._answer(lambda: self.browser.runs_tagged(
             sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200],
-            unless), tagged=True)
+            unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1]), tagged=True)
 
 
 class RunHandler(_Handler):

@@ -108,13 +108,16 @@ class Progress:
     the extreme 1% out of the y range; `window`: (first, last) step shown),
     and `chart()` is what both the page and the static picture draw."""
 
-    def __init__(self, store, runs, name, color_by=None, x="step"):
+    def __init__(self, store, runs, name, color_by=None, x="step", group=None):
         from somatize._base.errors import SomatizeValueError
         from somatize.record import curve
 
         if x not in X_AXES:
             raise SomatizeValueError(f"x={x!r}: give one of {', '.join(map(repr, X_AXES))} (steps, seconds since "
                                      "the run began, or the clock)")
+        if group is not None and (color_by is not None or x != "step"):
+            raise SomatizeValueError(f"group={group!r} draws one line a group over steps: give neither color_by= "
+                                     f"(each group has its colour) nor x= with it")
         self.name = name
         self.runs = runs
         self.x = x
@@ -130,8 +133,76 @@ class Progress:
         self.color_by = color_by
         if color_by is not None:
             self._color_by(store, color_by)
+        self.group = group
+        self.groups: dict = {}  # label -> the runs of the group, when group= is given
+        if group is not None:
+            self._group_by(store, group)
         self.log, self.smoothing, self.outliers, self.window = None, 0.0, False, None
         self._view = None
+
+    def _group_by(self, store, column):
+        """One group per value of ``column`` (a column of ``runs(store)``:
+        ``config.lr``, ``config.opt``, …), numbers coloured low to high along
+        ``RAMP`` by rank; a run without the column is a group of its own (—)."""
+        from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
+        from somatize.record._columns import QUERY_STATS
+        from somatize.record._queries import _rows
+
+        if not isinstance(column, str):
+            raise SomatizeTypeError(f"group={column!r}: give a column of runs(store) as a str, e.g. "
+                                    f"group='config.lr'")
+        rows = {r["run"]: r for r in _rows(store, QUERY_STATS)}
+        if not any(column in rows.get(run, ()) for run in self.runs):
+            known = sorted({c for run in self.runs for c in rows.get(run, ()) if c.startswith("config.")})
+            raise SomatizeKeyError(f"group={column!r}: none of these runs has that column; their config "
+                                   f"columns are {known or 'none'} (group='config.lr' groups by the lr recorded)")
+        values: dict = {}  # (is a bool, value) -> runs: True and 1 are two groups, as recorded
+        for run in self.runs:
+            v = rows.get(run, {}).get(column)
+            if v is None or v != v:
+                v = None
+            elif isinstance(v, (list, dict)):
+                v = str(v)
+            values.setdefault((v.__class__ is bool, v), []).append(run)
+        numbers = sorted(k for k in values if not k[0] and isinstance(k[1], (int, float)))
+        others = [k for k in values if k[1] is not None and k not in numbers]
+        order = numbers + others + [k for k in values if k[1] is None]
+        self.groups, self.group_colors = {}, {}
+        for k in order:
+            members, v = values[k], k[1]
+            shown = ", ".join(members[:5]) + (f", … ({len(members)} runs)" if len(members) > 5 else "")
+            label = f"{column}={_svg.number(v) if k in numbers else '—' if v is None else v} ({shown})"
+            self.groups[label] = members
+            if v is None:
+                self.group_colors[label] = _svg.MUTED
+            elif k in numbers:
+                self.group_colors[label] = RAMP[round(numbers.index(k) / max(1, len(numbers) - 1) * (len(RAMP) - 1))]
+            else:
+                self.group_colors[label] = _svg.SERIES[others.index(k) % len(_svg.SERIES)]
+
+    def band(self, members, smoothing=0.0):
+        """(steps, mean, low, high) of a group's runs, step by step over the
+        runs that have a finite value at that step: the mean (smoothed by
+        ``smoothing``) drawn as the line, the min and the max as the band;
+        thinned to at most ``POINTS`` (the band by the min and max of each
+        bucket, so it still holds every run)."""
+        curves = [self._finite[run] for run in members]
+        length = int(max((xs[-1] + 1 for xs, _ in curves if len(xs)), default=0))
+        grid = np.full((len(curves), length), np.nan)
+        for row, (xs, ys) in zip(grid, curves):
+            row[xs.astype(np.int64)] = ys
+        seen = ~np.all(np.isnan(grid), axis=0)
+        steps = np.arange(length, dtype=np.float64)[seen]
+        grid = grid[:, seen]
+        if not len(steps):
+            return steps, steps, steps, steps
+        mean = np.nanmean(grid, axis=0)
+        low, high = np.nanmin(grid, axis=0), np.nanmax(grid, axis=0)
+        at, line = thinned(smoothed(mean, smoothing), steps)
+        if len(steps) > POINTS:
+            edges = np.linspace(0, len(steps), POINTS + 1).astype(np.int64)[:-1]
+            low, high = np.minimum.reduceat(low, edges), np.maximum.reduceat(high, edges)
+        return at, line, low, high
 
     def _evaluated(self, store, run):
         from somatize.record import curve
@@ -198,7 +269,12 @@ class Progress:
     def chart(self):
         """The chart's data (`_chart.chart`) for the reader's current choices."""
         series = []
-        for run in self.runs:
+        for label, members in self.groups.items():  # group=: a line and a band a group
+            at, line, low, high = self.band(members, self.smoothing)
+            series.append({"name": label, "color": self.group_colors[label],
+                           "points": list(zip(at.tolist(), line.tolist())),
+                           "band": list(zip(at.tolist(), low.tolist(), high.tolist()))})
+        for run in self.runs if not self.groups else ():
             x, y = self.line(run, self.smoothing)
             # one run with evaluation curves: its line is the loss, beside val_loss, in the legend
             label = self.name if len(self.runs) == 1 and any(self.evaluated.values()) else self.labels[run]
@@ -207,7 +283,7 @@ class Progress:
                 rx, ry = self.line(run)
                 s["raw"] = [[a, b] for a, b in zip(rx.tolist(), ry.tolist())]
             series.append(s)
-        for run, per in self._evaluated_finite.items():
+        for run, per in self._evaluated_finite.items() if not self.groups else ():  # a group: its band alone
             for name, (x, y) in per.items():
                 x, y = thinned(y, x)
                 series.append({"name": name if len(self.runs) == 1 else f"{self.labels[run]} {name}",
@@ -222,6 +298,9 @@ class Progress:
 
     def title(self):
         over = "steps" if self.x == "step" else "time"
+        if self.groups:
+            return (f"{self.name} over {over} — {len(self.runs)} runs in {len(self.groups)} groups by "
+                    f"{self.group} (the mean, and a band from the min to the max)")
         return f"{self.name} over {over} — " + ", ".join(f"run {r!r}" for r in self.runs)
 
     def widget(self):
@@ -260,7 +339,7 @@ class Progress:
         return f"progress({self.name}: " + "; ".join(parts) + ")"
 
 
-def progress(store, run, name="loss", color_by=None, x="step"):
+def progress(store, run=None, name="loss", color_by=None, x="step", where=None, group=None):
     """The fact `name` (default `loss`) of `run` over steps, as an interactive
     figure; `run=["a", "b"]` overlays runs with a legend and one tooltip;
     `color_by="lr"` colours each run by that key of its recorded config
@@ -269,6 +348,31 @@ def progress(store, run, name="loss", color_by=None, x="step"):
     evaluation curves (`trainer.evaluate`'s `val_loss`, `val_accuracy`, ...)
     are drawn unasked, each point at the step it was said at. `x="relative"` draws it over the
     seconds since each run's first step began, `x="wall"` over the clock
-    (both read from the Trainer's `wall_s` fact)."""
-    runs = [run] if isinstance(run, str) else list(run)
-    return Progress(store, runs, name, color_by=color_by, x=x)
+    (both read from the Trainer's `wall_s` fact).
+
+    `where="config.opt == 'adam'"`: the runs that query holds for (as
+    `runs(store, where=...)`; damaged runs left out), instead of `run=`.
+    `group="config.lr"`: one line a value of that column, the mean of its
+    runs at each step, with a band from their min to their max; the legend
+    names each group's runs (seeds of one configuration read as one band)."""
+    from somatize._base.errors import SomatizeValueError
+
+    if where is not None:
+        from somatize.record import runs as runs_table
+
+        table = runs_table(store, where=where)
+        chosen = [r for r, state in zip(table["run"], table["state"]) if state != "damaged"]
+        if run is not None:
+            named = {run} if isinstance(run, str) else set(run)
+            chosen = [r for r in chosen if r in named]
+        if not chosen:
+            raise SomatizeValueError(f"no run of the store matches where={where!r}" +
+                                     (" among those named by run=" if run is not None else "") +
+                                     ": runs(store) shows every run's columns")
+        runs = chosen
+    elif run is None:
+        raise SomatizeValueError("progress(store, run=...) draws the runs named, or "
+                                 "progress(store, where='config.lr < 1e-2') those a query holds for: give one")
+    else:
+        runs = [run] if isinstance(run, str) else list(run)
+    return Progress(store, runs, name, color_by=color_by, x=x, group=group)

@@ -30,7 +30,7 @@ from .._base.errors import (
 )
 from .._store import files as _store_files
 from .._store.names import store_root
-from . import _files, _log, _summary
+from . import _files, _log
 from ._runs import (
     INDEX,
     LOG,
@@ -341,40 +341,82 @@ def nodes(store, run):
     return frame
 
 
-def runs(store):
-    """A pandas DataFrame, one row per run of the store: ``run``, ``state``
-    (running, finished, interrupted, or damaged), ``forwards``, ``facts``,
-    ``started``, ``updated``, ``host``, ``pid``, one ``config.<key>`` column
-    per key of the runs' configs (``Recorder(..., config=...)``; a nested dict
-    flattened as ``config.optim.lr``; empty where a run has no such key), and
-    for each summarised fact its last value and ``<name>_min``; a ``cause``
-    column says why an interrupted run was (the exception that ended its
-    script, an exit without ``close()``, a process killed), a ``problem``
-    column why a damaged run is damaged. Reads the summaries, no facts.
+_ROWS: dict = {}  # (store root, run) -> (summary.json's identity, state, problem, stats, the run's columns)
+_ROWS_LIMIT = 20_000
+
+
+def _rows(store, stats) -> list[dict]:
+    """Each run's columns (``_columns.row``), made again only for a run whose
+    summary.json, state or problem is not the one they were made from. The
+    rows are shared between calls: nothing changes one."""
+    from . import _columns
+
+    root = str(store_root(store))
+    identities: list = []
+    listed = summaries(store, identities=identities)
+    if len(_ROWS) > _ROWS_LIMIT:  # a listing of many stores: start again (one listing may pass the limit)
+        _ROWS.clear()
+    out = []
+    for s, ident in zip(listed, identities):
+        key = (root, s["run"])
+        got = _ROWS.get(key)
+        state, problem = s["state"], s.get("problem")
+        if ident is not None and got is not None and got[0] == ident and got[1] == state and got[2] == problem \
+                and got[3] is stats:
+            out.append(got[4])
+            continue
+        row = _columns.row(s, stats)
+        if ident is not None:
+            _ROWS[key] = (ident, state, problem, stats, row)
+        out.append(row)
+    return out
+
+
+def runs(store, where=None):
+    """A pandas DataFrame, one row per run of the store, its columns named
+    by one rule (the same in ``somatize runs``, the sidebar and ``where=``;
+    fixed ones have no dot, so no summary can take their name): ``run``, ``state`` (running, finished, interrupted, or
+    damaged), ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
+    ``duration`` (seconds), ``host``, ``pid``; one ``config.<key>`` column per
+    key of the runs' configs (``Recorder(..., config=...)``; a nested dict
+    flattened as ``config.optim.lr``; empty where a run has no such key); for
+    each summarised fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and
+    ``<fact>.max`` (best: max for a fact named like a score, ``acc``,
+    ``f1``, …; min for any other); a ``cause`` column says why an
+    interrupted run was (the exception that ended its script, an exit
+    without ``close()``, a process killed), a ``problem`` column why a
+    damaged run is damaged. Reads the summaries, no facts.
+
+    ``where``: only the runs a query holds for, like
+    ``where='config.lr < 1e-2 and loss.best < 0.1'`` (``and``, ``or``,
+    ``not``, ``in [...]``, ``==``, ``!=``, ``<`` … on values as recorded,
+    a boolean never equal to a number; also ``age``, seconds since a run's
+    last update, and ``<fact>.first``, ``<fact>.count``). A comparison with a
+    value a run lacks, or with NaN, is false, and ``not`` negates that. A
+    query runs no code; one that does not read raises ``somatize.QueryError``
+    naming the character where reading stopped and what could stand there.
     (``Store.runs()`` returns only the names, sorted.)"""
     import pandas as pd
 
-    fixed = ["run", "state", "forwards", "facts", "started", "updated", "host", "pid"]
-    rows = []
+    from . import _columns, _where
+
+    query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
+    fixed = list(_columns.FIXED)
+    rows = _rows(store, _columns.QUERY_STATS if query is not None else _columns.STATS)
+    if query is not None:
+        rows = _where.matching(rows, query)
     configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance
     stats_columns: dict = {}
-    for s in summaries(store):
-        row = {k: s.get(k) for k in fixed}
-        config = _summary.config_columns(s.get("config") or {})
-        row.update(config)
-        configs.update(dict.fromkeys(config))
-        for name, stats in s.get("summarising", {}).items():
-            row[name] = stats.get("last")
-            row[f"{name}_min"] = stats.get("min")
-            stats_columns.update(dict.fromkeys((name, f"{name}_min")))
-        for said in ("cause", "problem"):
-            if said in s:
-                row[said] = s[said]
-        rows.append(row)
-    columns = [*fixed, *configs, *(c for c in stats_columns if c not in configs)]
+    shown = tuple(f".{s}" for s in _columns.STATS)
+    for row in rows:
+        for column in row:
+            if column.startswith("config."):
+                configs[column] = None
+            elif column.endswith(shown):
+                stats_columns[column] = None
+    columns = [*fixed, *configs, *stats_columns]
     columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
-    frame = pd.DataFrame(rows, columns=columns if rows else ["run", "state", "forwards", "facts"])
+    frame = pd.DataFrame(rows, columns=columns)
     for when in ("started", "updated"):
-        if when in frame:
-            frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
+        frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
     return frame

@@ -36,6 +36,7 @@ from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sy
 from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary
+from ._columns import refused_fact
 from ._runs import (
     INDEX,
     LIVE,
@@ -110,6 +111,9 @@ class Recorder:
                     f"summarising= takes the names of facts to summarise, like "
                     f"summarising=['loss']; got {name!r:.60} in it"
                 )
+            refused = refused_fact(name)
+            if refused is not None:
+                raise SomatizeValueError(f"summarising=: {refused}")
         if config is not None:
             config = _summary.config_json(config)  # before anything is written
         if run is not None:

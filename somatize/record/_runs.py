@@ -38,6 +38,11 @@ SERIES = "series"
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
 LIVE_LOCK = threading.RLock()
+# a run folder -> (its summary.json's identity, that summary as parsed): a
+# listing parses a summary again only when a flush has renamed a new one in
+_PARSED: dict = {}
+_PARSED_LIMIT = 20_000  # summaries kept (about 3 KB each): 10,000 runs fit, the memory stays bounded
+_PARSED_LOCK = threading.Lock()
 
 
 def checked_name(run) -> str:
@@ -205,13 +210,47 @@ def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     return None
 
 
-def summaries(store, names=None) -> list[dict]:
+def identity(path, dir_fd=None) -> tuple | None:
+    """What changes when a file is replaced or written (device, inode, size,
+    times), None when it is not a regular file; the last part is not followed."""
+    try:
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _parsed(folder: str, at: int):
+    """``(identity, summary)`` of the run in ``folder`` (``at``: a descriptor
+    of it): the summary parsed again only when its file is not the one
+    parsed last (the summary handed out is a copy whose top-level keys the
+    caller may set; nested dicts are shared and never changed). Raises as
+    ``load_summary``."""
+    ident = identity(SUMMARY, at)
+    got = _PARSED.get(folder)
+    if ident is not None and got is not None and got[0] == ident:
+        return ident, dict(got[1])
+    summary = load_summary(folder, at=at)
+    if summary is None or ident is None:
+        return None, summary
+    with _PARSED_LOCK:
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[folder] = (ident, summary)
+    return ident, dict(summary)
+
+
+def summaries(store, names=None, identities=None) -> list[dict]:
     """One dict per run, with its state resolved; reads no facts. A live
     Recorder of this process answers from memory, pending facts included.
     A run whose folder or summary does not read is listed with state
     "damaged" and a "problem" saying why. ``names``: only those runs (names
     a caller found in ``_store.names.run_names``), so a page of a long listing reads only
-    its own summaries."""
+    its own summaries. ``identities``: a list to which the identity of each
+    listed run's summary.json is appended (None for a run answered from
+    memory or damaged), for a caller that keeps what it made of a run."""
     root = store_root(store)
     if names is None:
         runs_dir(root)  # a runs/ that is a link or a file is damage, said so
@@ -229,37 +268,46 @@ def summaries(store, names=None) -> list[dict]:
     except (_store_files.Refused, NotADirectoryError):
         runs_dir(root)  # raises, saying what runs/ is
         return []
+    idents = identities if identities is not None else []
+    out = []
     try:
-        return [row for name in names if (row := _row(name, os.path.join(where, name), runs_fd, live))]
+        for name in names:
+            row, ident = _row(name, os.path.join(where, name), runs_fd, live)
+            if row is not None:
+                out.append(row)
+                idents.append(ident)
+        return out
     finally:
         os.close(runs_fd)
 
 
-def _row(name, folder, runs_fd, live) -> dict | None:
-    """The listing's row of one run; None for a folder that is no run (yet)."""
+def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
+    """The listing's row of one run (None for a folder that is no run yet)
+    and the identity of the summary.json it was read from (None for a row
+    that is not a summary's: damaged, or a live Recorder's)."""
     try:
         run_fd = _store_files.open_below(runs_fd, name)
     except FileNotFoundError:
-        return None
+        return None, None
     except _store_files.Refused as e:  # a link, a file, a FIFO…
-        return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}
+        return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}, None
     except OSError as e:  # one not ours to open
-        return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}
+        return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}, None
     try:
         recorder = live.get(name)
         if recorder is not None:
             row = recorder._view().summary
             row["state"] = "running"
-            return row
+            return row, None
         try:
-            summary = load_summary(folder, at=run_fd)
+            ident, summary = _parsed(folder, run_fd)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
-            return {"run": name, "state": "damaged", "problem": why}
+            return {"run": name, "state": "damaged", "problem": why}, None
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
-                return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}
-            return None  # a folder being created, or not a run
+                return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}, None
+            return None, None  # a folder being created, or not a run
         summary["run"] = name
         short = log_short(folder, summary.get("log_bytes") or 0, at=run_fd)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
@@ -267,6 +315,6 @@ def _row(name, folder, runs_fd, live) -> dict | None:
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
         elif summary["state"] == "running" and not holder_alive(folder, at=run_fd):
             summary["state"], summary["cause"] = "interrupted", LOST
-        return summary
+        return summary, ident
     finally:
         os.close(run_fd)

@@ -221,18 +221,6 @@ def config_json(config) -> dict:
     return plain(config, "config", 0)
 
 
-def config_columns(config: dict, prefix: str = "config.") -> dict:
-    """``{"config.lr": 0.1, "config.optim.beta": 0.9}``: a run's config as
-    the columns ``runs`` and ``somatize runs`` show (nested dicts flattened)."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(config_columns(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def summarise(groups, summary: dict, points: dict) -> int:
     """Fold ``groups`` ([(forward, [facts])]) into ``summary`` (counts per
     node, summarised facts) and their numbers into ``points`` ({series: ([forwards],
