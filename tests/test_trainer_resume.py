@@ -292,6 +292,28 @@ def test_fit_resumed_skips_a_dataloaders_batches_done_without_loading_them(tmp_p
     same_weights(again, whole, atol=1e-12)
 
 
+@pytest.mark.parametrize("kept_at, stop_at", [(4, 6), (10, 12)])  # mid-epoch; at the epoch's last batch
+def test_fit_resumed_in_an_early_epoch_draws_the_later_epochs_orders_as_never_stopped(tmp_path, kept_at, stop_at):
+    """Kept in epoch 0 of 3 and resumed with a fresh loader (its generator
+    seeded anew, as in a new process): epochs 1 and 2 draw the orders the
+    run never stopped drew. (A sampler draws from the loader's generator at
+    the end of an epoch too, so that generator must be left where drawing the
+    epoch left it, not put back to the fresh loader's state.)"""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(80, 8, generator=gen, dtype=torch.float64)
+    data = Counted(x, x.sum(1, keepdim=True))
+    whole = trainer().fit(shuffled(data), epochs=3, progress=False)
+    store = Store(tmp_path / "s")
+    first = trainer(store, objective=stopping_at(stop_at), checkpoint="t/c", checkpoint_every=kept_at)
+    with pytest.raises(Stop):
+        first.fit(shuffled(data), epochs=3, progress=False)
+    again = trainer(store, checkpoint="t/c", checkpoint_every=kept_at)
+    assert again.steps == kept_at
+    again.fit(shuffled(data), epochs=3, progress=False)
+    assert (again.steps, again.updates) == (whole.steps, whole.updates) == (30, 30)
+    same_weights(again, whole, atol=1e-12)
+
+
 class Resumable:
     """A loader that keeps its own place, as torchdata's StatefulDataLoader does."""
 
