@@ -314,6 +314,29 @@ def test_fit_resumed_in_an_early_epoch_draws_the_later_epochs_orders_as_never_st
     same_weights(again, whole, atol=1e-12)
 
 
+def test_fit_draws_from_a_loader_only_as_a_hand_written_loop_does():
+    """fit over a shuffled DataLoader without a generator of its own (its order
+    and seeds come from torch's RNG), evaluating after each epoch, takes the
+    steps of a hand-written loop over the same loader: asking whether the
+    batches (or the evaluation's) are a one-shot iterator draws nothing."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 8, generator=gen, dtype=torch.float64)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    held_out = torch.utils.data.DataLoader(data, batch_size=16)  # even unshuffled, a DataLoader draws a seed
+
+    def loader():
+        return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+
+    torch.manual_seed(11)
+    by_hand = trainer()
+    for _ in range(2):
+        for b in loader():
+            by_hand.step(b)
+    torch.manual_seed(11)
+    fitted = trainer().fit(loader(), epochs=2, progress=False, evaluate=held_out)
+    same_weights(fitted, by_hand)
+
+
 class Resumable:
     """A loader that keeps its own place, as torchdata's StatefulDataLoader does."""
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterator
 from time import perf_counter_ns, time
 
 import torch
@@ -485,7 +486,7 @@ class Trainer:
         StatefulDataLoader); any other iterable loads them again and drops
         them."""
         epochs = _positive_int("epochs", epochs)
-        if epochs > 1 and iter(batches) is batches:
+        if epochs > 1 and _one_shot(batches):
             raise SomatizeTypeError(
                 f"fit(batches, epochs={epochs}) got a one-shot iterator, which the second epoch "
                 "would find empty. Give something that can be iterated again: a list, a "
@@ -496,7 +497,7 @@ class Trainer:
                 f"fit(..., metrics={metrics!r:.60}) names metrics of an evaluation, but no batches to "
                 "evaluate on: write fit(batches, evaluate=held_out, metrics=...)"
             )
-        if evaluate is not None and iter(evaluate) is evaluate:
+        if evaluate is not None and _one_shot(evaluate):
             raise SomatizeTypeError(
                 "fit(..., evaluate=...) got a one-shot iterator, which the second evaluation would "
                 "find empty. Give something that can be iterated again: a list, a DataLoader, or list(...)."
@@ -783,6 +784,13 @@ def _backward(loss, index):
 
 def _no_clock():
     return 0
+
+
+def _one_shot(batches):
+    """Whether ``batches`` is an iterator, empty once iterated. Asked of its
+    type: calling ``iter()`` on a DataLoader to find out would draw a seed
+    from its generator (or torch's RNG), a draw a hand-written loop does not make."""
+    return isinstance(batches, Iterator)
 
 
 def _rng_of(generator):
