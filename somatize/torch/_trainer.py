@@ -471,9 +471,10 @@ class Trainer:
         end of an epoch is closed there (see ``close_group``).
 
         ``evaluate=held_out`` (batches, as ``evaluate`` takes them): after
-        each epoch, once its group is closed, ``self.evaluate(held_out,
-        metrics)``, so ``val_loss`` and ``val_<metric>`` land on the epoch's
-        last step. A resumed ``fit`` evaluates only after the epochs it runs.
+        each epoch, once its group is closed, the Trainer evaluates on them
+        with ``metrics`` (see ``evaluate``), so ``val_loss`` and
+        ``val_<metric>`` land on the epoch's last step. A resumed ``fit``
+        evaluates only after the epochs it runs.
 
         Resumed from a checkpoint kept inside ``fit``, it goes on at the batch
         and epoch where that stood: the epochs before are not run again (no
