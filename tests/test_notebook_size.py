@@ -72,7 +72,7 @@ def test_a_committed_notebook_holds_no_more_than_its_pictures_need(path):
 
 
 def test_the_tours_are_all_there():
-    assert [p.name[:3] for p in NOTEBOOKS] == ["01-", "02-", "03-", "04-", "05-"]
+    assert [p.name[:3] for p in NOTEBOOKS] == ["01-", "02-", "03-", "04-", "05-", "06-"]
 
 
 def test_the_bounds_catch_what_they_are_for():
