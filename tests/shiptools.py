@@ -14,7 +14,7 @@ from labtools import ROOT, TOKEN
 
 GUARD_S = 1200  # pip on a busy machine; a guard against a hang, not a measurement
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-5]-*.ipynb"))
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-6]-*.ipynb"))
 # what only a build needs, and what a lab installed from a wheel must not find
 BUILD_TOOLS = {"node", "nodejs", "npm", "npx", "yarn", "jlpm"}
 

@@ -1,5 +1,5 @@
 """binder/: a venv built only from its files, by its steps in order; every
-notebook 01-05 runs on that venv's kernel, both extensions are enabled, and
+notebook 01-06 runs on that venv's kernel, both extensions are enabled, and
 the lab it configures opens on notebooks/ with the demo store's runs. (In a
 file of its own so that it runs beside test_ship.py, not after it.)"""
 
@@ -20,7 +20,7 @@ from shiptools import (
     run,
 )
 
-NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-5]-*.ipynb"))
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("0[1-6]-*.ipynb"))
 
 # ---- binder/ --------------------------------------------------------------------------------
 

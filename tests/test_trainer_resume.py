@@ -292,6 +292,51 @@ def test_fit_resumed_skips_a_dataloaders_batches_done_without_loading_them(tmp_p
     same_weights(again, whole, atol=1e-12)
 
 
+@pytest.mark.parametrize("kept_at, stop_at", [(4, 6), (10, 12)])  # mid-epoch; at the epoch's last batch
+def test_fit_resumed_in_an_early_epoch_draws_the_later_epochs_orders_as_never_stopped(tmp_path, kept_at, stop_at):
+    """Kept in epoch 0 of 3 and resumed with a fresh loader (its generator
+    seeded anew, as in a new process): epochs 1 and 2 draw the orders the
+    run never stopped drew. (A sampler draws from the loader's generator at
+    the end of an epoch too, so that generator must be left where drawing the
+    epoch left it, not put back to the fresh loader's state.)"""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(80, 8, generator=gen, dtype=torch.float64)
+    data = Counted(x, x.sum(1, keepdim=True))
+    whole = trainer().fit(shuffled(data), epochs=3, progress=False)
+    store = Store(tmp_path / "s")
+    first = trainer(store, objective=stopping_at(stop_at), checkpoint="t/c", checkpoint_every=kept_at)
+    with pytest.raises(Stop):
+        first.fit(shuffled(data), epochs=3, progress=False)
+    again = trainer(store, checkpoint="t/c", checkpoint_every=kept_at)
+    assert again.steps == kept_at
+    again.fit(shuffled(data), epochs=3, progress=False)
+    assert (again.steps, again.updates) == (whole.steps, whole.updates) == (30, 30)
+    same_weights(again, whole, atol=1e-12)
+
+
+def test_fit_draws_from_a_loader_only_as_a_hand_written_loop_does():
+    """fit over a shuffled DataLoader without a generator of its own (its order
+    and seeds come from torch's RNG), evaluating after each epoch, takes the
+    steps of a hand-written loop over the same loader: asking whether the
+    batches (or the evaluation's) are a one-shot iterator draws nothing."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 8, generator=gen, dtype=torch.float64)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    held_out = torch.utils.data.DataLoader(data, batch_size=16)  # even unshuffled, a DataLoader draws a seed
+
+    def loader():
+        return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True)
+
+    torch.manual_seed(11)
+    by_hand = trainer()
+    for _ in range(2):
+        for b in loader():
+            by_hand.step(b)
+    torch.manual_seed(11)
+    fitted = trainer().fit(loader(), epochs=2, progress=False, evaluate=held_out)
+    same_weights(fitted, by_hand)
+
+
 class Resumable:
     """A loader that keeps its own place, as torchdata's StatefulDataLoader does."""
 

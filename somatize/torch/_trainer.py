@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterator
 from time import perf_counter_ns, time
 
 import torch
@@ -462,12 +463,18 @@ class Trainer:
             raise e
 
     # -- sugar
-    def fit(self, batches, epochs=1, progress=True):
+    def fit(self, batches, epochs=1, progress=True, evaluate=None, metrics=None):
         """``step`` over every batch, ``epochs`` times, with a progress bar
         (tqdm's text bar on stderr, in a terminal and in a notebook alike: a
         widget bar would be saved in a notebook as it was when it appeared,
         "0%", whereas the text keeps its last state). A group left open at the
         end of an epoch is closed there (see ``close_group``).
+
+        ``evaluate=held_out`` (batches, as ``evaluate`` takes them): after
+        each epoch, once its group is closed, the Trainer evaluates on them
+        with ``metrics`` (see ``evaluate``), so ``val_loss`` and
+        ``val_<metric>`` land on the epoch's last step. A resumed ``fit``
+        evaluates only after the epochs it runs.
 
         Resumed from a checkpoint kept inside ``fit``, it goes on at the batch
         and epoch where that stood: the epochs before are not run again (no
@@ -480,11 +487,21 @@ class Trainer:
         StatefulDataLoader); any other iterable loads them again and drops
         them."""
         epochs = _positive_int("epochs", epochs)
-        if epochs > 1 and iter(batches) is batches:
+        if epochs > 1 and _one_shot(batches):
             raise SomatizeTypeError(
                 f"fit(batches, epochs={epochs}) got a one-shot iterator, which the second epoch "
                 "would find empty. Give something that can be iterated again: a list, a "
                 "DataLoader, or list(batches)."
+            )
+        if evaluate is None and metrics is not None:
+            raise SomatizeValueError(
+                f"fit(..., metrics={metrics!r:.60}) names metrics of an evaluation, but no batches to "
+                "evaluate on: write fit(batches, evaluate=held_out, metrics=...)"
+            )
+        if evaluate is not None and _one_shot(evaluate):
+            raise SomatizeTypeError(
+                "fit(..., evaluate=...) got a one-shot iterator, which the second evaluation would "
+                "find empty. Give something that can be iterated again: a list, a DataLoader, or list(...)."
             )
         total = len(batches) if hasattr(batches, "__len__") else None
         at, self._resume_at = self._resume_at, None
@@ -518,6 +535,8 @@ class Trainer:
                             shown = self.loss
                             bar.set_postfix(epoch=epoch, loss=f"{shown:.4g}", refresh=False)
                 self.close_group()
+                if evaluate is not None:
+                    self.evaluate(evaluate, metrics)
         finally:
             self._fit_at = self._fit_loader = None
             if bar is not None:
@@ -536,14 +555,16 @@ class Trainer:
         if loader is not None:  # a loader that keeps its own place (torchdata's StatefulDataLoader)
             batches.load_state_dict(loader)
             skip = 0
-        if total is not None and skip >= total > 0:
-            it = iter(())
-        else:
-            it = iter(batches)
-            if skip:
-                _skip(it, skip)
+        it = iter(batches)
+        if skip:
+            _skip(it, skip)  # all of them too: the epoch draws what it draws to its end (see below)
         if now is not None:
-            _put_rng(now, generator)
+            # Torch's RNG goes back to where the checkpoint left it; the loader's
+            # generator stays where drawing this epoch's order left it, as it
+            # was then: a fresh process's loader holds a generator seeded anew,
+            # and a sampler draws from it again as its epoch ends (RandomSampler
+            # asks for one more permutation), so the next epoch's order depends on it.
+            _put_rng(now, None)
         return it
 
     # -- evaluation (see _evaluate.py)
@@ -764,6 +785,13 @@ def _backward(loss, index):
 
 def _no_clock():
     return 0
+
+
+def _one_shot(batches):
+    """Whether ``batches`` is an iterator, empty once iterated. Asked of its
+    type: calling ``iter()`` on a DataLoader to find out would draw a seed
+    from its generator (or torch's RNG), a draw a hand-written loop does not make."""
+    return isinstance(batches, Iterator)
 
 
 def _rng_of(generator):
