@@ -15,7 +15,8 @@ def test_the_tour_runs_and_says_what_it_claims(tmp_path, monkeypatch):
 
     shown = [f["fact"] for f in facts(scope["store"], run="first", forward=20)]
     assert shown[:5] == ["ran", "ran", "finished", "updated", "loss"]
-    assert shown[5:] == ["wall_s", "objective_us", "backward_us", "update_us", "lr", "trainer_us"]  # "the step's clocks"
+    # "the step's clocks", then the learning rate the update used
+    assert shown[5:] == ["wall_s", "objective_us", "backward_us", "update_us", "lr", "trainer_us"]
     assert len(scope["curve"](scope["store"], run="first", name="loss")) == 300
     assert scope["live"].steps == 300
     assert scope["somatize"].diagnose(scope["store"], run="first") == []  # as the tour says
