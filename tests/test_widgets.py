@@ -18,6 +18,7 @@ from comm.base_comm import BaseComm
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
 from somatize.record import Live, _chart, facts, progress, spent
+from somatize.record import curve as record_curve
 from somatize.torch import Trainer, parameters
 
 from pictures import SVG, curve, durations, fill_of, parse, percents, reads_as, stats, text_of
@@ -151,6 +152,46 @@ def test_live_counts_a_real_run(tmp_path):
     assert snap["state"] == "finished"
     # 300 steps fit the curve unbucketed: every loss is there, in order.
     assert [p[1] for p in snap["curve"]] == pytest.approx(losses)
+
+
+def test_a_displayed_live_beside_a_recorder_takes_a_trainer_s_held_facts_without_locking_itself(tmp_path):
+    """The Trainer holds its steps' facts and reads them in bulk; a displayed
+    Live sends from inside that replay, and sending asked the Trainer for what
+    it holds, under the throttle's lock: the replay came back into the lock and
+    a notebook's training cell hung forever (notebook 03, in a kernel). Every
+    poke sends here (the clock moves a second a call)."""
+    class Ticking:
+        now = 0.0
+
+        def clock(self):
+            self.now += 1.0
+            return self.now
+
+    ticking = Ticking()
+    live = Live(clock=ticking.clock, timer=FakeTime().timer)
+    live._repr_mimebundle_()  # displayed: from now on it sends
+    sent = []
+    live._view.observe(lambda change: sent.append(change["new"]["steps"]), ["status"])
+    store = Store(tmp_path / "store")
+
+    def train():  # all of it on one thread: a Trainer hands over what it holds to its own thread's asks
+        torch.manual_seed(0)
+        g = Graph.somatize(Body().named("body") >> Head().named("head"))
+        recorder = Recorder(store, run="a-run")
+        trainer = Trainer(g, objective=torch.nn.functional.mse_loss,
+                          optimizer=torch.optim.Adam(parameters(g), lr=1e-2), watching=[recorder, live])
+        for _ in range(70):  # past two bulk reads (every 32 steps)
+            trainer.step((torch.randn(16, 8), torch.randn(16, 1)))
+        live.end()
+        recorder.close()
+
+    worker = threading.Thread(target=train, daemon=True)
+    worker.start()
+    worker.join(120)  # a guard against the hang this test is about, not a measurement
+    assert not worker.is_alive(), "training with a displayed Live hung"
+    assert (live.steps, live.state) == (70, "finished")
+    assert sent[-1] == 70 and sent == sorted(sent)  # each picture sent holds every step read, in order
+    assert len(record_curve(store, run="a-run")) == 70  # the Recorder took every loss once, none twice
 
 
 def test_live_speaks_of_a_run_in_the_record_s_words():

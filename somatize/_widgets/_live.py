@@ -274,6 +274,11 @@ class Live:
         """Everything the panel shows, as plain data (what is sent)."""
         if self._holders:
             self._holders()
+        return self._snapshot()
+
+    def _snapshot(self):
+        # What is taken now, held facts not asked for: the throttle sends from
+        # inside a replay of them (asking then would replay into this lock).
         elapsed = (self._ended or self._began or 0) - (self._began or 0)
         rate = self.steps / elapsed if elapsed > 0 else None
         curve = [list(p) for p in self._curve.points()]
@@ -364,10 +369,12 @@ class Live:
     def _send(self):
         self._due = self._clock() + INTERVAL_S
         if self._view is not None:
-            self._view.status = self.snapshot()
+            self._view.status = self._snapshot()
 
     def send(self):
         """Send the current picture now, whatever the throttle says."""
+        if self._holders:
+            self._holders()  # outside the lock: what they hand over pokes the throttle, which takes it
         with self._lock:
             self._send()
 

@@ -86,8 +86,10 @@ class Reading:
             losses.clear()
         items = self.held
         if items:
-            try:
-                watchers.replay(items)
-            finally:
-                items.clear()
+            # Out of the list before they are handed over: a watcher that asks
+            # for what is held while taking these (Live drawing, a Recorder
+            # flushed) reads again and finds nothing twice.
+            taken = items[:]
+            items.clear()
+            watchers.replay(taken)
         return bad
