@@ -45,7 +45,10 @@ def test_the_killed_run_resumes_and_ends_exactly_as_the_run_never_stopped():
     killed = text(out["killed"])
     assert "exited with -9" in killed
     row = killed.strip().splitlines()[-1].split()
-    assert row[:3] == ["digits", "interrupted", "60"]  # the record as the last checkpoint (step 60) left it
+    assert row[:2] == ["digits", "interrupted"]
+    # The checkpoint at step 60 flushed the record; what the Recorder flushed on its own after it (at most the
+    # 75 steps run before the kill) depends on the machine's pace; resuming rewinds the record to step 60.
+    assert 60 <= int(row[2]) <= 75
     assert "resumed: 138 steps, 138 updates" in text(out["resumed"])  # 6 epochs of 23
     assert text(out["exact"]).strip().endswith("weights: 0.0")
 

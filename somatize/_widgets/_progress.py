@@ -122,7 +122,8 @@ class Progress:
         self.runs = runs
         self.x = x
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        self._finite = {run: finite(c, self._xs(store, run, c)) for run, c in self.curves.items()}
+        self._finite = {run: finite(c, self._xs(store, run, c, self._losses(store, run, name)))
+                        for run, c in self.curves.items()}
         # Beside the training loss, unasked: each run's evaluation curves ({run: {name: Series}}).
         self.evaluated = {run: self._evaluated(store, run) for run in runs} if name == "loss" else {}
         self._evaluated_finite = {run: {k: finite(c, self._xs(store, run, c, self.curves[run]))
@@ -211,6 +212,22 @@ class Progress:
         names = sorted((n for n in curve_names(store, run) if n.startswith(EVALUATED) and "/" not in n),
                        key=lambda n: (n != EVALUATED + "loss", n))  # val_loss first, beside the loss
         return {n: curve(store, run=run, name=n) for n in names}
+
+    def _losses(self, store, run, name):
+        """The run's loss curve, which says where each step is, when ``name``
+        is another fact drawn over steps (an evaluation's, ``lr``, an
+        instrument's: their points come now and then, not one a step); None
+        for the loss itself and for a run that records no loss (then a
+        point's place in its curve is its x)."""
+        if self.x != "step" or name == "loss":
+            return None
+        from somatize._base.errors import SomatizeKeyError
+        from somatize.record import curve
+
+        try:
+            return curve(store, run=run, name="loss")
+        except SomatizeKeyError:
+            return None
 
     def _xs(self, store, run, c, losses=None):
         """The x of each point of `c`: None for steps (or, given the run's
