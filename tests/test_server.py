@@ -28,7 +28,8 @@ from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, Store
-from somatize._server._browse import _COUNTER, store_id
+from somatize._server._discover import store_id
+from somatize._server._findings import _COUNTER
 from somatize._server._handlers import ROUTES
 from somatize.record import _chart, curve
 
@@ -167,7 +168,7 @@ async def test_a_listing_pages_beyond_its_limit_and_filters_by_name(jp_fetch, la
 
 
 async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetch, layout):
-    from somatize._server._browse import _COUNTER
+    from somatize._server._findings import _COUNTER
 
     sid = await the_store(jp_fetch)
     await jp_fetch("somatize", "stores", sid, "runs")
@@ -643,7 +644,7 @@ async def test_a_listing_counts_each_runs_findings_off_the_request_sick_above_ze
     """The table's "findings" column: a run whose loss diverged has findings,
     a healthy one none; the count is made off the request (the first listing
     may say None, counting) and the listing's tag changes when it lands."""
-    from somatize._server._browse import _COUNTER
+    from somatize._server._findings import _COUNTER
 
     record(Store(layout["store"]), "sick", [1.0] * 5 + [50.0] * 20)
     sid = await the_store(jp_fetch)

@@ -26,7 +26,8 @@ from tornado import web
 
 from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
 from ..record._where import MAX_LENGTH
-from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound, public_text
+from ._browse import CHART_RUNS, PAGE, POINTS, Browser
+from ._public import Bad, Busy, NotFound, public_text
 
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
