@@ -336,6 +336,48 @@ async def test_a_run_that_is_gone_leaves_no_count_of_findings_behind(jp_fetch, l
     assert _COUNTER.counted(folder) == set()
 
 
+@pytest.mark.parametrize("view", ["", "curve", "nodes", "facts", "findings"])
+async def test_an_empty_run_folder_is_no_run_listed_counted_or_served(jp_fetch, layout, view):
+    """Issue 19, item 2: a folder under runs/ with nothing recorded in it (a
+    run being made, or none) made the run route answer 500, the listing say
+    total 4 over 3 rows, and findings suggest the name asked for."""
+    (layout["store"] / "runs" / "empty").mkdir()
+    sid = await the_store(jp_fetch)
+    assert next(s for s in (await get(jp_fetch, "stores"))["stores"] if s["id"] == sid)["runs"] == 3
+    listing = await get(jp_fetch, "stores", sid, "runs")
+    assert [r["run"] for r in listing["runs"]] == ["alpha", "beta", "broken"] and listing["total"] == 3
+    assert (await get(jp_fetch, "stores", sid, "runs", match="empty"))["total"] == 0
+    page = await get(jp_fetch, "stores", sid, "runs", offset="2", limit="1")
+    assert [r["run"] for r in page["runs"]] == ["broken"] and page["total"] == 3 and page["next"] is None
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "empty", *([view] if view else []))
+    assert e.value.code == 404
+    message = orjson.loads(e.value.response.body)["message"]
+    assert message.startswith("no run 'empty' in this store: its folder holds nothing recorded"), message
+    assert "did you mean" not in message
+    got = await chart(jp_fetch, "loss", f"{sid}/alpha", f"{sid}/empty")
+    assert [len(x["points"]) for x in got["series"]] == [50, 0]
+    assert got["runs"][1]["missing"].startswith("no run 'empty' in this store")
+
+
+def test_the_record_says_an_empty_run_folder_holds_nothing_and_suggests_no_run_that_is_none(tmp_path):
+    """The record layer's readers (what the findings route used to answer
+    with): no "did you mean 'empty'?", no 'empty' among the runs there."""
+    from somatize import SomatizeKeyError, diagnose
+
+    store = Store(tmp_path / "store")
+    record(store, "empty-ish", [1.0])
+    (store.path / "runs" / "empty").mkdir()
+    (store.path / "runs" / "emptz").mkdir()
+    with pytest.raises(SomatizeKeyError) as e:
+        diagnose(store, run="empty")
+    text = str(e.value)
+    assert "no run 'empty'" in text and "its folder holds nothing recorded (no summary.json, no facts.log)" in text
+    assert "did you mean 'empty-ish'?" in text and "runs there: 'empty-ish'" in text and "'emptz'" not in text
+    with pytest.raises(SomatizeKeyError, match="runs there: 'empty-ish'$"):
+        curve(store, "nothing-here", "loss")
+
+
 async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch, layout):
     rng = np.random.default_rng(1)
     values = rng.normal(size=30_000).cumsum()

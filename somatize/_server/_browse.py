@@ -44,7 +44,6 @@ import numpy as np
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
 from .._store.names import is_run_name
-from .._store.names import run_names as listed_runs
 from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
@@ -55,7 +54,7 @@ from ._discover import find_stores, is_store
 from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
 from ._public import Bad, NotFound, public_text
-from ._tags import key_of, listing_tag, page_of
+from ._tags import key_of, listing_tag, page_of, recorded_in, run_count
 
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
@@ -79,8 +78,7 @@ class Browser:
         found = self._found(find_stores(self.root))
         out = []
         for sid, rel in sorted(found.items(), key=lambda kv: kv[1]):
-            names = listed_runs(self._folder(rel))
-            out.append({"id": sid, "path": rel, "runs": len(names)})
+            out.append({"id": sid, "path": rel, "runs": run_count(self._folder(rel))})
         return out
 
     def _folder(self, rel: str) -> str:
@@ -125,6 +123,9 @@ class Browser:
             raise NotFound(f"no run {run!r} in this store") from None
         if not stat.S_ISDIR(st.st_mode):
             raise NotFound(f"no run {run!r} in this store")
+        if not recorded_in(root, run):  # a folder being made, or no run: the listing leaves it out
+            raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded "
+                           f"(no {_runs.SUMMARY}, no {_runs.LOG}); list the runs again (GET .../runs)")
         return root, os.path.join(root, "runs", run)
 
     def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "") -> dict:
@@ -246,7 +247,10 @@ class Browser:
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
         key = key_of(root, run)
-        return counted_rows(root, self._rows_of(sid, root, [run], [key]), {run: key})[0]
+        rows = counted_rows(root, self._rows_of(sid, root, [run], [key]), {run: key})
+        if not rows:  # emptied since it was looked at
+            raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded")
+        return rows[0]
 
     def findings(self, sid: str, run: str) -> dict:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed

@@ -34,9 +34,11 @@ def _runs_dir(root):
 
 
 def page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
-    """The store's runs (all, those matching, those of the page) and the
-    ``summary_key`` of each run of the page (``limit=None``: of every run
-    matching, which is then the page)."""
+    """The store's run folders (all), the runs matching (only folders that
+    hold a run, ``_runs.recorded``: what the listing shows, so what it
+    counts), those of the page, and the ``summary_key`` of each run of the
+    page (``limit=None``: of every run matching, which is then the page).
+    One stat per folder matching, two for one with no summary.json."""
     with _runs_dir(root) as fd:
         if fd is None:
             return [], [], [], []
@@ -45,10 +47,25 @@ def page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
         if match:
             low = match.lower()
             names = [n for n in every if low in n.lower()]
+        keys = [summary_key(fd, n) for n in names]
+        listed = [(n, k) for n, k in zip(names, keys) if k is not None or _runs.recorded(n, at=fd)]
+        names = [n for n, _ in listed]
         if limit is None:  # every run matching, each with its key
-            return every, names, names, [summary_key(fd, n) for n in names]
-        page = names[offset : offset + limit]
-        return every, names, page, [summary_key(fd, n) for n in page]
+            return every, names, names, [k for _, k in listed]
+        page = listed[offset : offset + limit]
+        return every, names, [n for n, _ in page], [k for _, k in page]
+
+
+def run_count(root) -> int:
+    """How many runs a listing of the store at ``root`` shows (``page_of``'s rule)."""
+    with _runs_dir(root) as fd:
+        return 0 if fd is None else sum(_runs.recorded(n, at=fd) for n in run_names_in(fd))
+
+
+def recorded_in(root, run) -> bool:
+    """Whether the folder ``runs/<run>`` of the store at ``root`` holds a run."""
+    with _runs_dir(root) as fd:
+        return fd is not None and _runs.recorded(run, at=fd)
 
 
 def key_of(root, run):
