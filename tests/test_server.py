@@ -360,6 +360,37 @@ async def test_an_empty_run_folder_is_no_run_listed_counted_or_served(jp_fetch, 
     assert got["runs"][1]["missing"].startswith("no run 'empty' in this store")
 
 
+def test_a_folder_lists_once_it_holds_a_run_and_not_once_emptied_by_hand(tmp_path):
+    """The listing keeps which folders hold a run (so an unchanged poll of
+    10,000 runs stats only its page): a folder filled later lists, one
+    emptied by hand stops listing once a page holding it is asked, and the
+    total follows."""
+    from somatize._server._browse import Browser
+
+    store = Store(tmp_path / "store")
+    record(store, "alpha", [1.0])
+    record(store, "beta", [2.0])
+    (store.path / "runs" / "later").mkdir()
+    browser = Browser(tmp_path)
+    sid = store_id("store")
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "beta"] and listed["total"] == 2
+    shutil.copy(store.path / "runs" / "alpha" / "summary.json", store.path / "runs" / "later" / "summary.json")
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "beta", "later"] and listed["total"] == 3
+    assert browser.run(sid, "later")["run"] == "later"
+    for f in (store.path / "runs" / "beta").iterdir():
+        shutil.rmtree(f) if f.is_dir() else f.unlink()
+    # off the page, a run emptied by hand is not looked into again (one stat a run a poll saved): it counts
+    listed = browser.runs(sid, limit=1)
+    assert [r["run"] for r in listed["runs"]] == ["alpha"] and listed["total"] == 3
+    # on the page, it is found emptied: not listed, no longer counted
+    listed = browser.runs(sid, offset=1, limit=1)
+    assert [r["run"] for r in listed["runs"]] == [] and listed["total"] == 2
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "later"] and listed["total"] == 2
+
+
 def test_the_record_says_an_empty_run_folder_holds_nothing_and_suggests_no_run_that_is_none(tmp_path):
     """The record layer's readers (what the findings route used to answer
     with): no "did you mean 'empty'?", no 'empty' among the runs there."""

@@ -69,6 +69,7 @@ class Browser:
         self.root = os.path.realpath(os.fspath(root))
         self._stores: dict[str, str] = {}
         self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
+        self._recorded: dict[str, frozenset] = {}  # store id -> runs known to hold a run (_tags.page_of)
         self._damage: dict[str, int] = {}  # store id -> damage found by a query: part of the listing's tag
         self._lock = threading.Lock()
 
@@ -91,6 +92,8 @@ class Browser:
             self._stores = found
             for sid in self._rows.keys() - found.keys():
                 del self._rows[sid]
+            for sid in self._recorded.keys() - found.keys():
+                del self._recorded[sid]
         _COUNTER.forget_stores(self.root, {self._folder(rel) for rel in found.values()})
         return found
 
@@ -159,7 +162,7 @@ class Browser:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, _, keys = page_of(root, 0, None, match)
+        every, names, _, keys = self._page_of(sid, root, 0, None, match)
         self._prune(sid, root, every)
         rows = {r["run"]: r for r in self._rows_of(sid, root, names, keys)}
         with self._lock:
@@ -184,7 +187,7 @@ class Browser:
         limit = max(0, min(limit, PAGE))
         # before the rows: a count landing after it changes the next tag
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, page, keys = page_of(root, offset, limit, match)
+        every, names, page, keys = self._page_of(sid, root, offset, limit, match)
         if unless:
             running = self._unchanged(sid, root, page, keys)
             if running is not None:
@@ -219,6 +222,15 @@ class Browser:
             if _runs.live_recorder(folder) is None and not _runs.holder_alive(folder):
                 return None
         return running
+
+    def _page_of(self, sid, root, offset, limit, match):
+        """``_tags.page_of``, with the runs of ``sid`` known to hold a run kept between calls."""
+        with self._lock:
+            known = self._recorded.get(sid, frozenset())
+        every, names, page, keys, known = page_of(root, offset, limit, match, known)
+        with self._lock:
+            self._recorded[sid] = known
+        return every, names, page, keys
 
     def _prune(self, sid, root, names) -> None:
         """Drop what is kept of the runs of ``sid`` not in ``names`` (deleted,
