@@ -103,9 +103,26 @@ def layout(jp_root_dir, tmp_path):
     return {"root": root, "store": root / "proj" / "store", "outside": outside, "sibling": sibling}
 
 
+class Clock:
+    """The clock the server's walk of the stores is kept by (seconds), moved by hand."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def __deepcopy__(self, memo):  # the server's config is copied on its way: one clock stays one
+        return self
+
+
+CLOCK = Clock()
+
+
 @pytest.fixture
 def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"somatize._server": True}}}
+    return {"ServerApp": {"jpserver_extensions": {"somatize._server": True},
+                          "tornado_settings": {"somatize_clock": CLOCK}}}
 
 
 async def get(jp_fetch, *parts, **params):
@@ -127,14 +144,73 @@ async def test_stores_found_under_the_root_only_real_folders_hidden_and_node_mod
     assert got["stores"][0]["runs"] == 3  # alpha, beta, broken; "linked" is a symlink, not listed
 
 
-async def test_a_new_store_appears_without_a_restart(jp_fetch, layout):
+async def test_a_new_store_appears_without_a_restart_once_the_walk_is_due(jp_fetch, layout):
+    """Issue 19, item 5: the walk of the root is kept AGAIN_S seconds (by the
+    server's clock, moved here by hand); a store made since, and its id, are
+    found by the next walk, not before, and an unknown id starts none."""
+    from somatize._server._discover import AGAIN_S
+
     await get(jp_fetch, "stores")
     record(Store(layout["root"] / "later"), "x", [1.0])
+    assert "later" not in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", store_id("later"), "runs")
+    assert e.value.code == 404
+    CLOCK.now += AGAIN_S
     assert "later" in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
-    # and its id answers even before the next listing of stores
-    record(Store(layout["root"] / "later2"), "y", [1.0])
-    rows = (await get(jp_fetch, "stores", store_id("later2"), "runs"))["runs"]
-    assert [r["run"] for r in rows] == ["y"]
+    rows = (await get(jp_fetch, "stores", store_id("later"), "runs"))["runs"]
+    assert [r["run"] for r in rows] == ["x"]
+    # a store removed is no longer listed, before the next walk too
+    shutil.rmtree(layout["root"] / "later")
+    assert "later" not in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
+
+
+def test_the_walk_of_the_root_is_kept_and_unknown_ids_start_no_walk(tmp_path):
+    """Issue 19, item 5: polls, listings and unknown store ids (20 in one
+    chart) answer from the kept walk; the walk reruns once it is AGAIN_S old."""
+    from somatize._server._browse import Browser
+    from somatize._server._discover import AGAIN_S
+    from somatize._server._public import NotFound
+
+    record(Store(tmp_path / "a"), "r", [1.0])
+    clock = Clock()
+    browser = Browser(tmp_path, clock=clock)
+    for _ in range(10):
+        assert [s["path"] for s in browser.stores()] == ["a"]
+        browser.runs(store_id("a"))
+    assert browser.walk.walks == 1
+    record(Store(tmp_path / "b"), "r", [1.0])
+    with pytest.raises(NotFound, match="no store 'nope-0' under the server's root"):
+        browser.chart("loss", [(f"nope-{i}", "r") for i in range(20)])
+    with pytest.raises(NotFound):
+        browser.runs(store_id("b"))
+    clock.now += AGAIN_S - 0.001
+    assert [s["path"] for s in browser.stores()] == ["a"] and browser.walk.walks == 1
+    clock.now += 0.001
+    assert [r["run"] for r in browser.runs(store_id("b"))["runs"]] == ["r"] and browser.walk.walks == 2
+    assert [s["path"] for s in browser.stores()] == ["a", "b"] and browser.walk.walks == 2
+
+
+def test_a_long_walk_is_kept_longer(tmp_path):
+    """A walk that took 1 s (by the clock given: it ticks 1 s a reading) is
+    kept 1 / SHARE = 20 s, so walking takes at most SHARE of the time."""
+    from somatize._server._discover import SHARE, Walk
+
+    class Ticking(Clock):
+        def __call__(self):
+            self.now += 1.0
+            return self.now
+
+    record(Store(tmp_path / "a"), "r", [1.0])
+    walk = Walk(str(tmp_path), Ticking())
+    assert walk.stores() == {store_id("a"): "a"} and walk.walks == 1
+    assert walk.gap() == pytest.approx(1.0 / SHARE) == 20.0
+    for _ in range(18):  # each asking reads the clock once: 1 s
+        walk.stores()
+    assert walk.walks == 1
+    walk.stores()
+    walk.stores()
+    assert walk.walks == 2
 
 
 async def test_runs_listed_with_state_steps_times_and_summaries(jp_fetch, layout):

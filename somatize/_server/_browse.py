@@ -50,11 +50,11 @@ from ..record._check import check_run
 from ..record._columns import best, config_columns
 from ..record._where import Query
 from ._delete import delete_run
-from ._discover import find_stores, is_store
+from ._discover import Walk, is_store
 from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
 from ._public import Bad, NotFound, public_text
-from ._tags import key_of, listing_tag, page_of, recorded_in, run_count
+from ._tags import key_of, listing_tag, page_of, recorded_in
 
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
@@ -65,8 +65,9 @@ FACTS_PAGE = 10_000  # facts in one answer at most
 class Browser:
     """The stores under ``root`` and their runs, as the routes answer them."""
 
-    def __init__(self, root):
+    def __init__(self, root, clock=time.monotonic):
         self.root = os.path.realpath(os.fspath(root))
+        self.walk = Walk(self.root, clock)  # the stores, walked again at most every walk.gap() s
         self._stores: dict[str, str] = {}
         self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
         self._recorded: dict[str, frozenset] = {}  # store id -> runs known to hold a run (_tags.page_of)
@@ -76,19 +77,27 @@ class Browser:
     # ---- stores ----------------------------------------------------------------
 
     def stores(self) -> list[dict]:
-        found = self._found(find_stores(self.root))
+        """The stores found (by the last walk: ``_discover.Walk``) that still
+        are, each with how many runs a listing of it shows."""
         out = []
-        for sid, rel in sorted(found.items(), key=lambda kv: kv[1]):
-            out.append({"id": sid, "path": rel, "runs": run_count(self._folder(rel))})
+        for sid, rel in sorted(self._current().items(), key=lambda kv: kv[1]):
+            folder = self._folder(rel)
+            if os.path.realpath(folder) != folder or not is_store(folder):  # gone since the walk
+                continue
+            out.append({"id": sid, "path": rel, "runs": len(self._page_of(sid, folder, 0, 0, "")[1])})
         return out
 
     def _folder(self, rel: str) -> str:
         return self.root if rel == "." else os.path.join(self.root, rel)
 
-    def _found(self, found: dict[str, str]) -> dict[str, str]:
-        """Take ``found`` as the stores there are: what was kept of a store
-        no longer found (rows, counts of findings) is dropped."""
+    def _current(self) -> dict[str, str]:
+        """The stores there are (``Walk.stores``); when a new walk landed,
+        what was kept of a store no longer found (rows, counts of findings)
+        is dropped."""
+        found = self.walk.stores()
         with self._lock:
+            if found is self._stores:
+                return found
             self._stores = found
             for sid in self._rows.keys() - found.keys():
                 del self._rows[sid]
@@ -98,13 +107,12 @@ class Browser:
         return found
 
     def store(self, sid: str) -> str:
-        """The folder of store ``sid``; a store made since the last walk is
-        found by walking again. NotFound when there is none (any more), or when
-        a folder on its way was replaced by a link since it was found."""
-        with self._lock:
-            rel = self._stores.get(sid)
-        if rel is None:
-            rel = self._found(find_stores(self.root)).get(sid)
+        """The folder of store ``sid``, as the last walk found it (a store
+        made since is found by the next walk, at most ``walk.gap()`` seconds
+        on; an unknown id never starts one). NotFound when there is none
+        (any more), or when a folder on its way was replaced by a link since
+        it was found."""
+        rel = self._current().get(sid)
         if rel is None:
             raise NotFound(f"no store {sid[:80]!r} under the server's root: list them again (GET somatize/stores)")
         folder = self._folder(rel)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
@@ -168,7 +169,8 @@ ROUTES = [
 
 
 def setup(web_app, root_dir) -> Browser:
-    browser = Browser(root_dir)
+    # the clock the stores' walk is kept by: a test passes its own in the server's tornado_settings
+    browser = Browser(root_dir, clock=web_app.settings.get("somatize_clock", time.monotonic))
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, path), h, {"browser": browser}) for path, h in ROUTES])
     return browser

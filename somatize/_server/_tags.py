@@ -64,12 +64,6 @@ def page_of(root, offset, limit, match, known=frozenset()) -> tuple[list, list, 
         return every, names, page, keys, known
 
 
-def run_count(root) -> int:
-    """How many runs a listing of the store at ``root`` shows (``page_of``'s rule)."""
-    with _runs_dir(root) as fd:
-        return 0 if fd is None else sum(_runs.recorded(n, at=fd) for n in run_names_in(fd))
-
-
 def recorded_in(root, run) -> bool:
     """Whether the folder ``runs/<run>`` of the store at ``root`` holds a run."""
     with _runs_dir(root) as fd:
