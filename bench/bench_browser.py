@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from somatize import Recorder, Store
-from somatize._server._browse import _COUNTER, Browser, store_id
+from somatize._server._browse import Browser
+from somatize._server._discover import store_id
+from somatize._server._findings import _COUNTER
 
 QUICK = "--quick" in sys.argv
 REPEAT = 5 if QUICK else 15

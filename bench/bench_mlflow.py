@@ -67,7 +67,8 @@ def mlflow_runs(root: Path):
 def main():
     import mlflow
 
-    from somatize._server._browse import Browser, store_id
+    from somatize._server._browse import Browser
+    from somatize._server._discover import store_id
     from somatize.record import runs
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)

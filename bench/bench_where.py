@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_browser import Server, median_ms  # noqa: E402  (one timing helper, one server)
 
 from somatize import Recorder, Store  # noqa: E402
-from somatize._server._browse import _COUNTER, Browser, store_id  # noqa: E402
+from somatize._server._browse import Browser  # noqa: E402
+from somatize._server._discover import store_id  # noqa: E402
+from somatize._server._findings import _COUNTER  # noqa: E402
 from somatize.record import runs  # noqa: E402
 from somatize.record._columns import QUERY_STATS, row  # noqa: E402
 from somatize.record._runs import summaries  # noqa: E402

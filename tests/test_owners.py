@@ -10,7 +10,8 @@ import pytest
 import somatize
 from somatize import Recorder, Store
 from somatize._base.errors import SomatizeValueError
-from somatize._server._browse import Browser, NotFound
+from somatize._server._browse import Browser
+from somatize._server._public import NotFound
 from somatize._store.names import RUN_NAME_LIMIT, is_run_name
 from somatize.record import runs
 

@@ -28,7 +28,8 @@ from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, Store
-from somatize._server._browse import _COUNTER, store_id
+from somatize._server._discover import store_id
+from somatize._server._findings import _COUNTER
 from somatize._server._handlers import ROUTES
 from somatize.record import _chart, curve
 
@@ -102,9 +103,26 @@ def layout(jp_root_dir, tmp_path):
     return {"root": root, "store": root / "proj" / "store", "outside": outside, "sibling": sibling}
 
 
+class Clock:
+    """The clock the server's walk of the stores is kept by (seconds), moved by hand."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def __deepcopy__(self, memo):  # the server's config is copied on its way: one clock stays one
+        return self
+
+
+CLOCK = Clock()
+
+
 @pytest.fixture
 def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"somatize._server": True}}}
+    return {"ServerApp": {"jpserver_extensions": {"somatize._server": True},
+                          "tornado_settings": {"somatize_clock": CLOCK}}}
 
 
 async def get(jp_fetch, *parts, **params):
@@ -126,14 +144,73 @@ async def test_stores_found_under_the_root_only_real_folders_hidden_and_node_mod
     assert got["stores"][0]["runs"] == 3  # alpha, beta, broken; "linked" is a symlink, not listed
 
 
-async def test_a_new_store_appears_without_a_restart(jp_fetch, layout):
+async def test_a_new_store_appears_without_a_restart_once_the_walk_is_due(jp_fetch, layout):
+    """Issue 19, item 5: the walk of the root is kept AGAIN_S seconds (by the
+    server's clock, moved here by hand); a store made since, and its id, are
+    found by the next walk, not before, and an unknown id starts none."""
+    from somatize._server._discover import AGAIN_S
+
     await get(jp_fetch, "stores")
     record(Store(layout["root"] / "later"), "x", [1.0])
+    assert "later" not in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", store_id("later"), "runs")
+    assert e.value.code == 404
+    CLOCK.now += AGAIN_S
     assert "later" in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
-    # and its id answers even before the next listing of stores
-    record(Store(layout["root"] / "later2"), "y", [1.0])
-    rows = (await get(jp_fetch, "stores", store_id("later2"), "runs"))["runs"]
-    assert [r["run"] for r in rows] == ["y"]
+    rows = (await get(jp_fetch, "stores", store_id("later"), "runs"))["runs"]
+    assert [r["run"] for r in rows] == ["x"]
+    # a store removed is no longer listed, before the next walk too
+    shutil.rmtree(layout["root"] / "later")
+    assert "later" not in [s["path"] for s in (await get(jp_fetch, "stores"))["stores"]]
+
+
+def test_the_walk_of_the_root_is_kept_and_unknown_ids_start_no_walk(tmp_path):
+    """Issue 19, item 5: polls, listings and unknown store ids (20 in one
+    chart) answer from the kept walk; the walk reruns once it is AGAIN_S old."""
+    from somatize._server._browse import Browser
+    from somatize._server._discover import AGAIN_S
+    from somatize._server._public import NotFound
+
+    record(Store(tmp_path / "a"), "r", [1.0])
+    clock = Clock()
+    browser = Browser(tmp_path, clock=clock)
+    for _ in range(10):
+        assert [s["path"] for s in browser.stores()] == ["a"]
+        browser.runs(store_id("a"))
+    assert browser.walk.walks == 1
+    record(Store(tmp_path / "b"), "r", [1.0])
+    with pytest.raises(NotFound, match="no store 'nope-0' under the server's root"):
+        browser.chart("loss", [(f"nope-{i}", "r") for i in range(20)])
+    with pytest.raises(NotFound):
+        browser.runs(store_id("b"))
+    clock.now += AGAIN_S - 0.001
+    assert [s["path"] for s in browser.stores()] == ["a"] and browser.walk.walks == 1
+    clock.now += 0.001
+    assert [r["run"] for r in browser.runs(store_id("b"))["runs"]] == ["r"] and browser.walk.walks == 2
+    assert [s["path"] for s in browser.stores()] == ["a", "b"] and browser.walk.walks == 2
+
+
+def test_a_long_walk_is_kept_longer(tmp_path):
+    """A walk that took 1 s (by the clock given: it ticks 1 s a reading) is
+    kept 1 / SHARE = 20 s, so walking takes at most SHARE of the time."""
+    from somatize._server._discover import SHARE, Walk
+
+    class Ticking(Clock):
+        def __call__(self):
+            self.now += 1.0
+            return self.now
+
+    record(Store(tmp_path / "a"), "r", [1.0])
+    walk = Walk(str(tmp_path), Ticking())
+    assert walk.stores() == {store_id("a"): "a"} and walk.walks == 1
+    assert walk.gap() == pytest.approx(1.0 / SHARE) == 20.0
+    for _ in range(18):  # each asking reads the clock once: 1 s
+        walk.stores()
+    assert walk.walks == 1
+    walk.stores()
+    walk.stores()
+    assert walk.walks == 2
 
 
 async def test_runs_listed_with_state_steps_times_and_summaries(jp_fetch, layout):
@@ -167,7 +244,7 @@ async def test_a_listing_pages_beyond_its_limit_and_filters_by_name(jp_fetch, la
 
 
 async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetch, layout):
-    from somatize._server._browse import _COUNTER
+    from somatize._server._findings import _COUNTER
 
     sid = await the_store(jp_fetch)
     await jp_fetch("somatize", "stores", sid, "runs")
@@ -333,6 +410,79 @@ async def test_a_run_that_is_gone_leaves_no_count_of_findings_behind(jp_fetch, l
     shutil.rmtree(layout["store"])  # the whole store
     await get(jp_fetch, "stores")
     assert _COUNTER.counted(folder) == set()
+
+
+@pytest.mark.parametrize("view", ["", "curve", "nodes", "facts", "findings"])
+async def test_an_empty_run_folder_is_no_run_listed_counted_or_served(jp_fetch, layout, view):
+    """Issue 19, item 2: a folder under runs/ with nothing recorded in it (a
+    run being made, or none) made the run route answer 500, the listing say
+    total 4 over 3 rows, and findings suggest the name asked for."""
+    (layout["store"] / "runs" / "empty").mkdir()
+    sid = await the_store(jp_fetch)
+    assert next(s for s in (await get(jp_fetch, "stores"))["stores"] if s["id"] == sid)["runs"] == 3
+    listing = await get(jp_fetch, "stores", sid, "runs")
+    assert [r["run"] for r in listing["runs"]] == ["alpha", "beta", "broken"] and listing["total"] == 3
+    assert (await get(jp_fetch, "stores", sid, "runs", match="empty"))["total"] == 0
+    page = await get(jp_fetch, "stores", sid, "runs", offset="2", limit="1")
+    assert [r["run"] for r in page["runs"]] == ["broken"] and page["total"] == 3 and page["next"] is None
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", "empty", *([view] if view else []))
+    assert e.value.code == 404
+    message = orjson.loads(e.value.response.body)["message"]
+    assert message.startswith("no run 'empty' in this store: its folder holds nothing recorded"), message
+    assert "did you mean" not in message
+    got = await chart(jp_fetch, "loss", f"{sid}/alpha", f"{sid}/empty")
+    assert [len(x["points"]) for x in got["series"]] == [50, 0]
+    assert got["runs"][1]["missing"].startswith("no run 'empty' in this store")
+
+
+def test_a_folder_lists_once_it_holds_a_run_and_not_once_emptied_by_hand(tmp_path):
+    """The listing keeps which folders hold a run (so an unchanged poll of
+    10,000 runs stats only its page): a folder filled later lists, one
+    emptied by hand stops listing once a page holding it is asked, and the
+    total follows."""
+    from somatize._server._browse import Browser
+
+    store = Store(tmp_path / "store")
+    record(store, "alpha", [1.0])
+    record(store, "beta", [2.0])
+    (store.path / "runs" / "later").mkdir()
+    browser = Browser(tmp_path)
+    sid = store_id("store")
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "beta"] and listed["total"] == 2
+    shutil.copy(store.path / "runs" / "alpha" / "summary.json", store.path / "runs" / "later" / "summary.json")
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "beta", "later"] and listed["total"] == 3
+    assert browser.run(sid, "later")["run"] == "later"
+    for f in (store.path / "runs" / "beta").iterdir():
+        shutil.rmtree(f) if f.is_dir() else f.unlink()
+    # off the page, a run emptied by hand is not looked into again (one stat a run a poll saved): it counts
+    listed = browser.runs(sid, limit=1)
+    assert [r["run"] for r in listed["runs"]] == ["alpha"] and listed["total"] == 3
+    # on the page, it is found emptied: not listed, no longer counted
+    listed = browser.runs(sid, offset=1, limit=1)
+    assert [r["run"] for r in listed["runs"]] == [] and listed["total"] == 2
+    listed = browser.runs(sid)
+    assert [r["run"] for r in listed["runs"]] == ["alpha", "later"] and listed["total"] == 2
+
+
+def test_the_record_says_an_empty_run_folder_holds_nothing_and_suggests_no_run_that_is_none(tmp_path):
+    """The record layer's readers (what the findings route used to answer
+    with): no "did you mean 'empty'?", no 'empty' among the runs there."""
+    from somatize import SomatizeKeyError, diagnose
+
+    store = Store(tmp_path / "store")
+    record(store, "empty-ish", [1.0])
+    (store.path / "runs" / "empty").mkdir()
+    (store.path / "runs" / "emptz").mkdir()
+    with pytest.raises(SomatizeKeyError) as e:
+        diagnose(store, run="empty")
+    text = str(e.value)
+    assert "no run 'empty'" in text and "its folder holds nothing recorded (no summary.json, no facts.log)" in text
+    assert "did you mean 'empty-ish'?" in text and "runs there: 'empty-ish'" in text and "'emptz'" not in text
+    with pytest.raises(SomatizeKeyError, match="runs there: 'empty-ish'$"):
+        curve(store, "nothing-here", "loss")
 
 
 async def test_a_curve_is_cut_to_2000_points_keeping_the_exact_extremes(jp_fetch, layout):
@@ -643,7 +793,7 @@ async def test_a_listing_counts_each_runs_findings_off_the_request_sick_above_ze
     """The table's "findings" column: a run whose loss diverged has findings,
     a healthy one none; the count is made off the request (the first listing
     may say None, counting) and the listing's tag changes when it lands."""
-    from somatize._server._browse import _COUNTER
+    from somatize._server._findings import _COUNTER
 
     record(Store(layout["store"]), "sick", [1.0] * 5 + [50.0] * 20)
     sid = await the_store(jp_fetch)

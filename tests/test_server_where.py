@@ -9,7 +9,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, Store
-from somatize._server._browse import _COUNTER, Browser
+from somatize._server._browse import Browser
+from somatize._server._findings import _COUNTER
 from somatize.record import runs
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)

@@ -7,7 +7,7 @@ each class here, so ``except somatize.CodecError:`` works as
 ``raise`` of the package to keep it so). Each also subclasses the matching
 builtin (``TypeError``, ``ValueError``, ``KeyError``, ``ImportError``…), so
 code that catches the builtin keeps working. The server extension's own
-refusals (``_server._browse``) are answered as HTTP statuses and never reach
+refusals (``_server._public``) are answered as HTTP statuses and never reach
 a Python caller."""
 
 

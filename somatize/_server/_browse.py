@@ -1,7 +1,11 @@
 """What the run browser shows, with no Jupyter in it: the stores under one
 root, their runs, a run's curves, node times and facts, and deleting a run.
+``Browser`` is the core; its parts live beside it: ``_discover`` (finding
+the stores), ``_findings`` (the thread counting findings), ``_tags`` (a
+listing's tag), ``_delete`` (removing a run), ``_downsample`` (cutting a
+curve), ``_public`` (the refusals, and text fit for a client).
 
-The rules kept here:
+The rules kept here and in those parts:
 
 - **One root.** Everything is found by walking down from the root the
   server was given (its ``root_dir``), following no link: a store or run
@@ -19,7 +23,7 @@ The rules kept here:
   ``somatize.diagnose`` returns) costs 5-15 ms a run, too much for a listing
   of 1,000 (<= 100 ms): a listing only reads the counts known for each run's
   current ``summary.json`` and hands the others to one background thread per
-  process (``_COUNTER``), which counts them one at a time; such a row shows
+  process (``_findings._COUNTER``), which counts them one at a time; such a row shows
   the last count it had (``None`` before the first) and the listing's tag
   changes when a count lands, so the next poll picks it up.
 - **Text, not paths, in answers**: a problem names files relative to the
@@ -29,272 +33,90 @@ The rules kept here:
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import hashlib
 import os
-import queue
-import re
-import secrets
 import stat
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import orjson
-import xxhash
 
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
-from .._store.names import MARKER, is_run_name, run_names_in
-from .._store.names import run_names as listed_runs
+from .._store.names import is_run_name
 from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
 from ..record._columns import best, config_columns
 from ..record._where import Query
+from ._delete import delete_run
+from ._discover import Walk, is_store
+from ._downsample import downsample
+from ._findings import _COUNTER, counted_rows
+from ._public import Bad, NotFound, public_text
+from ._tags import key_of, listing_tag, page_of, recorded_in
 
-MAX_DEPTH = 6  # folders below the root where a store is looked for
-MAX_FOLDERS = 20_000  # folders looked at in one walk; the rest are not visited
-SKIP = frozenset({"node_modules", "__pycache__", "site-packages"})
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
 CHART_RUNS = 20  # runs one chart overlays at most
 FACTS_PAGE = 10_000  # facts in one answer at most
-_SHAPE = 3  # the shape of a row: part of every listing's tag (bump it when _row changes)
-
-
-class _Counter:
-    """Counts findings on one daemon thread, so no request waits for
-    ``diagnose``: ``known(folder, run, key)`` answers ``(count, current,
-    problem)`` from what was counted and queues a count when it is not for
-    ``key`` (the identity of the run's summary.json) yet. ``generation(folder)``
-    changes whenever a count of that store lands or is forgotten: a listing's
-    tag holds it instead of every row's count. A run that is gone is
-    ``forget``-ten: its count, and any count of it still queued."""
-
-    def __init__(self):
-        self._counts: dict[str, dict[str, tuple]] = {}  # store folder -> run -> (summary key, count, problem)
-        self._generations: dict[str, int] = {}
-        # a tag made in another process (a server restarted) never matches one of this process
-        self._epoch = secrets.token_hex(8)
-        self._queued: set[tuple] = set()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._idle = threading.Condition(self._lock)
-        self._listing = 0  # listings being built now: the thread waits for them (they come first)
-
-    def known(self, folder: str, run: str, key) -> tuple:
-        if key is None:  # no summary.json: nothing to diagnose, nothing to wait for
-            return None, True, None
-        with self._lock:
-            got = self._counts.get(folder, {}).get(run)
-            if got is not None and got[0] == key:
-                return got[1], True, got[2]
-            job = (folder, run, key)
-            if job not in self._queued:
-                self._queued.add(job)
-                self._queue.put(job)
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._work, name="somatize-findings", daemon=True)
-                    self._thread.start()
-        return (got[1], False, got[2]) if got is not None else (None, False, None)
-
-    def count_now(self, folder: str, run: str, key) -> list:
-        """The findings of a run, counted here and now (the run panel asks)."""
-        from .._diagnose import diagnose
-
-        found = diagnose(folder, run=run)
-        with self._lock:
-            self._land(folder, run, (key, len(found), None))
-        return found
-
-    def generation(self, folder: str) -> tuple:
-        return self._epoch, self._generations.get(folder, 0)
-
-    def counted(self, folder: str) -> set[str]:
-        """The runs of the store at ``folder`` that have a count (landed)."""
-        with self._lock:
-            return set(self._counts.get(folder, ()))
-
-    def forget(self, folder: str, keep=None, runs=None) -> None:
-        """Drop the counts of the store at ``folder``: of ``runs`` (and their
-        counts still queued), or of its runs not in ``keep``, or all. (A
-        queued count of a run gone by other means does not land: ``_work``
-        looks for the run's folder.)"""
-        with self._idle:
-            counts = self._counts.get(folder, {})
-            gone = counts.keys() & runs if runs is not None else counts.keys() - (keep or ())
-            for run in gone:
-                del counts[run]
-            if not counts:
-                self._counts.pop(folder, None)
-            dropped = set()
-            if runs is not None or keep is None:
-                dropped = {j for j in self._queued if j[0] == folder and (runs is None or j[1] in runs)}
-                self._queued -= dropped
-            if gone or dropped:
-                self._generations[folder] = self._generations.get(folder, 0) + 1
-                self._idle.notify_all()
-
-    def forget_stores(self, root: str, keep: set[str]) -> None:
-        """``forget`` every store under ``root`` whose folder is not in ``keep``."""
-        with self._lock:
-            folders = {f for f in self._counts if f == root or f.startswith(root + os.sep)}
-            folders |= {j[0] for j in self._queued if j[0] == root or j[0].startswith(root + os.sep)}
-        for folder in folders - keep:
-            self.forget(folder)
-
-    def _land(self, folder, run, value):  # with the lock held
-        self._counts.setdefault(folder, {})[run] = value
-        self._generations[folder] = self._generations.get(folder, 0) + 1
-
-    @contextlib.contextmanager
-    def listing(self):
-        """A context in which no new count starts: a listing holds it while
-        it is built, so counting never slows a listing by more than the one
-        diagnosis already under way."""
-        with self._idle:
-            self._listing += 1
-        try:
-            yield
-        finally:
-            with self._idle:
-                self._listing -= 1
-                self._idle.notify_all()
-
-    def wait(self) -> None:
-        """Until every queued count has landed (for tests and benches)."""
-        with self._idle:
-            self._idle.wait_for(lambda: not self._queued)
-
-    def _work(self):
-        from .._diagnose import diagnose
-
-        while True:
-            job = self._queue.get()
-            with self._idle:
-                self._idle.wait_for(lambda: not self._listing)
-                if job not in self._queued:  # forgotten: its run is gone
-                    continue
-            folder, run, key = job
-            try:
-                value = (key, len(diagnose(folder, run=run)), None)
-            except Exception as e:  # noqa: BLE001 - a thread that died would leave every later count pending
-                value = (key, None, public_text(str(e), folder)[:300])
-            with self._idle:
-                # not forgotten while it was being counted, nor gone by other means
-                if job in self._queued and os.path.isdir(os.path.join(folder, "runs", run)):
-                    self._land(folder, run, value)
-                self._queued.discard(job)
-                self._idle.notify_all()
-
-
-_COUNTER = _Counter()
-
-
-class NotFound(SomatizeError, LookupError):
-    """No store or run of that id (the answer is 404)."""
-
-
-class Busy(SomatizeError, RuntimeError):
-    """The run is being recorded by a live Recorder (the answer is 409)."""
-
-
-class Bad(SomatizeError, ValueError):
-    """A query parameter that cannot be read (the answer is 400)."""
-
-
-def store_id(rel: str) -> str:
-    return hashlib.sha256(rel.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-
-
-def _is_store(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(os.path.join(path, MARKER)).st_mode)
-    except OSError:
-        return False
-
-
-def find_stores(root: str) -> dict[str, str]:
-    """``{id: path below root}`` of every store under ``root``: a breadth-first
-    walk that follows no link, skips hidden folders and ``node_modules``, and
-    stops at MAX_DEPTH / MAX_FOLDERS; a store's own folders are not entered."""
-    found: dict[str, str] = {}
-    level = [""]
-    seen = 0
-    for _ in range(MAX_DEPTH + 1):
-        below = []
-        for rel in level:
-            here = os.path.join(root, rel) if rel else root
-            if _is_store(here):
-                found[store_id(rel or ".")] = rel or "."
-                continue
-            try:
-                with os.scandir(here) as it:
-                    subs = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
-            except OSError:
-                continue
-            for name in subs:
-                if name.startswith(".") or name in SKIP:
-                    continue
-                seen += 1
-                if seen > MAX_FOLDERS:
-                    return found
-                below.append(f"{rel}/{name}" if rel else name)
-        level = below
-        if not level:
-            break
-    return found
 
 
 class Browser:
     """The stores under ``root`` and their runs, as the routes answer them."""
 
-    def __init__(self, root):
+    def __init__(self, root, clock=time.monotonic):
         self.root = os.path.realpath(os.fspath(root))
+        self.walk = Walk(self.root, clock)  # the stores, walked again at most every walk.gap() s
         self._stores: dict[str, str] = {}
         self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
+        self._recorded: dict[str, frozenset] = {}  # store id -> runs known to hold a run (_tags.page_of)
         self._damage: dict[str, int] = {}  # store id -> damage found by a query: part of the listing's tag
         self._lock = threading.Lock()
 
     # ---- stores ----------------------------------------------------------------
 
     def stores(self) -> list[dict]:
-        found = self._found(find_stores(self.root))
+        """The stores found (by the last walk: ``_discover.Walk``) that still
+        are, each with how many runs a listing of it shows."""
         out = []
-        for sid, rel in sorted(found.items(), key=lambda kv: kv[1]):
-            names = listed_runs(self._folder(rel))
-            out.append({"id": sid, "path": rel, "runs": len(names)})
+        for sid, rel in sorted(self._current().items(), key=lambda kv: kv[1]):
+            folder = self._folder(rel)
+            if os.path.realpath(folder) != folder or not is_store(folder):  # gone since the walk
+                continue
+            out.append({"id": sid, "path": rel, "runs": len(self._page_of(sid, folder, 0, 0, "")[1])})
         return out
 
     def _folder(self, rel: str) -> str:
         return self.root if rel == "." else os.path.join(self.root, rel)
 
-    def _found(self, found: dict[str, str]) -> dict[str, str]:
-        """Take ``found`` as the stores there are: what was kept of a store
-        no longer found (rows, counts of findings) is dropped."""
+    def _current(self) -> dict[str, str]:
+        """The stores there are (``Walk.stores``); when a new walk landed,
+        what was kept of a store no longer found (rows, counts of findings)
+        is dropped."""
+        found = self.walk.stores()
         with self._lock:
+            if found is self._stores:
+                return found
             self._stores = found
             for sid in self._rows.keys() - found.keys():
                 del self._rows[sid]
+            for sid in self._recorded.keys() - found.keys():
+                del self._recorded[sid]
         _COUNTER.forget_stores(self.root, {self._folder(rel) for rel in found.values()})
         return found
 
     def store(self, sid: str) -> str:
-        """The folder of store ``sid``; a store made since the last walk is
-        found by walking again. NotFound when there is none (any more), or when
-        a folder on its way was replaced by a link since it was found."""
-        with self._lock:
-            rel = self._stores.get(sid)
-        if rel is None:
-            rel = self._found(find_stores(self.root)).get(sid)
+        """The folder of store ``sid``, as the last walk found it (a store
+        made since is found by the next walk, at most ``walk.gap()`` seconds
+        on; an unknown id never starts one). NotFound when there is none
+        (any more), or when a folder on its way was replaced by a link since
+        it was found."""
+        rel = self._current().get(sid)
         if rel is None:
             raise NotFound(f"no store {sid[:80]!r} under the server's root: list them again (GET somatize/stores)")
         folder = self._folder(rel)
-        if os.path.realpath(folder) != folder or not _is_store(folder):
+        if os.path.realpath(folder) != folder or not is_store(folder):
             raise NotFound(f"store {rel!r} is gone or is no longer a real folder under the server's root")
         return folder
 
@@ -312,6 +134,9 @@ class Browser:
             raise NotFound(f"no run {run!r} in this store") from None
         if not stat.S_ISDIR(st.st_mode):
             raise NotFound(f"no run {run!r} in this store")
+        if not recorded_in(root, run):  # a folder being made, or no run: the listing leaves it out
+            raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded "
+                           f"(no {_runs.SUMMARY}, no {_runs.LOG}); list the runs again (GET .../runs)")
         return root, os.path.join(root, "runs", run)
 
     def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "") -> dict:
@@ -345,7 +170,7 @@ class Browser:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, _, keys = _page_of(root, 0, None, match)
+        every, names, _, keys = self._page_of(sid, root, 0, None, match)
         self._prune(sid, root, every)
         rows = {r["run"]: r for r in self._rows_of(sid, root, names, keys)}
         with self._lock:
@@ -355,11 +180,11 @@ class Browser:
         chosen = [n for n in names if n in columns and query(columns[n], now)]
         page = chosen[offset: offset + limit]
         by_name = dict(zip(names, keys))
-        out = _counted(root, [rows[n] for n in page], {n: by_name[n] for n in page})
+        out = counted_rows(root, [rows[n] for n in page], {n: by_name[n] for n in page})
         running = [(r["run"], r["state"]) for r in rows.values()
                    if r["state"] == "running" or by_name[r["run"]] is None]
         ticking = int(now) if "age" in query.columns else None  # an answer that depends on the clock
-        tag = _tag(sid, offset, len(chosen), page, [query.text, keys, ticking], running, counts)
+        tag = listing_tag(sid, offset, len(chosen), page, [query.text, keys, ticking], running, counts)
         if tag in unless:
             return None, tag
         end = offset + len(page)
@@ -370,19 +195,19 @@ class Browser:
         limit = max(0, min(limit, PAGE))
         # before the rows: a count landing after it changes the next tag
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, page, keys = _page_of(root, offset, limit, match)
+        every, names, page, keys = self._page_of(sid, root, offset, limit, match)
         if unless:
             running = self._unchanged(sid, root, page, keys)
             if running is not None:
-                tag = _tag(sid, offset, len(names), page, keys, running, counts)
+                tag = listing_tag(sid, offset, len(names), page, keys, running, counts)
                 if tag in unless:
                     return None, tag
         self._prune(sid, root, every)
-        rows = _counted(root, self._rows_of(sid, root, page, keys), dict(zip(page, keys)))
+        rows = counted_rows(root, self._rows_of(sid, root, page, keys), dict(zip(page, keys)))
         # what may change with no summary.json changed: a running run's state, a run with none
         loose = {n for n, k in zip(page, keys) if k is None}
         running = [(r["run"], r["state"]) for r in rows if r["state"] == "running" or r["run"] in loose]
-        tag = _tag(sid, offset, len(names), page, keys, running, counts)
+        tag = listing_tag(sid, offset, len(names), page, keys, running, counts)
         end = offset + len(page)
         return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
 
@@ -405,6 +230,15 @@ class Browser:
             if _runs.live_recorder(folder) is None and not _runs.holder_alive(folder):
                 return None
         return running
+
+    def _page_of(self, sid, root, offset, limit, match):
+        """``_tags.page_of``, with the runs of ``sid`` known to hold a run kept between calls."""
+        with self._lock:
+            known = self._recorded.get(sid, frozenset())
+        every, names, page, keys, known = page_of(root, offset, limit, match, known)
+        with self._lock:
+            self._recorded[sid] = known
+        return every, names, page, keys
 
     def _prune(self, sid, root, names) -> None:
         """Drop what is kept of the runs of ``sid`` not in ``names`` (deleted,
@@ -432,15 +266,18 @@ class Browser:
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        key = _key_of(root, run)
-        return _counted(root, self._rows_of(sid, root, [run], [key]), {run: key})[0]
+        key = key_of(root, run)
+        rows = counted_rows(root, self._rows_of(sid, root, [run], [key]), {run: key})
+        if not rows:  # emptied since it was looked at
+            raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded")
+        return rows[0]
 
     def findings(self, sid: str, run: str) -> dict:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed
         now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
         root, _ = self.run_folder(sid, run)
         with self._noting_damage(sid, run):
-            found = _COUNTER.count_now(root, run, _key_of(root, run))
+            found = _COUNTER.count_now(root, run, key_of(root, run))
         return {"run": run, "findings": [
             {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
 
@@ -539,144 +376,12 @@ class Browser:
                 "cut": len(got) > FACTS_PAGE, "next": forward + 1 if forward + 1 < count else None}
 
     def delete(self, sid: str, run: str) -> None:
-        """Remove a run's folder. Never follows a link, never leaves the store:
-        the folder is reached through descriptors opened without following,
-        its lock is taken first (a run a live Recorder holds is refused with
-        Busy), then it is renamed into the store's ``tmp/`` (gone from the
-        listing at once) and removed there by ``shutil.rmtree`` on a folder
-        descriptor, which never follows a link inside."""
+        """Remove a run's folder (``_delete.delete_run``) and forget it."""
         root, folder = self.run_folder(sid, run)
-        if _runs.live_recorder(folder) is not None:
-            raise Busy(f"run {run!r} is being recorded in this process: close its Recorder first")
-        runs_fd = files.open_dir(root, ("runs",))
-        try:
-            tmp_fd = files.open_dir(root, ())
-            try:
-                files.ensure_dirs(root, ("tmp",))
-                os.close(tmp_fd)
-                tmp_fd = files.open_dir(root, ("tmp",))
-                run_fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=runs_fd)
-                try:
-                    lock = _hold_lock(run_fd, run)
-                    try:
-                        gone = files.trash_name(run)
-                        os.rename(run, gone, src_dir_fd=runs_fd, dst_dir_fd=tmp_fd)
-                    finally:
-                        os.close(lock)
-                finally:
-                    os.close(run_fd)
-                files.remove_trash(gone, tmp_fd)
-            finally:
-                os.close(tmp_fd)
-        finally:
-            os.close(runs_fd)
+        delete_run(root, folder, run)
         with self._lock:
             self._rows.get(sid, {}).pop(run, None)
         _COUNTER.forget(root, runs={run})
-
-
-def _hold_lock(run_fd: int, run: str) -> int:
-    """The run's lock, held: Busy when a live Recorder holds it."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(_runs.LOCK, flags, 0o644, dir_fd=run_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Busy(f"run {run!r}: its lock is not a regular file; run `somatize check` on the store")
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EACCES, errno.EAGAIN):
-            raise Busy(f"run {run!r} is being recorded (a live Recorder holds its lock): "
-                       f"delete it once it has finished or been stopped") from None
-        raise
-    except Busy:
-        os.close(fd)
-        raise
-    return fd
-
-
-@contextlib.contextmanager
-def _runs_dir(root):
-    """A descriptor of the store's ``runs/`` (not followed if a link), or
-    None where there is none; the runs are reached through it, so each stat
-    walks two names, not the whole path."""
-    try:
-        fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:  # none yet, or not a folder of this store
-        yield None
-        return
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _page_of(root, offset, limit, match) -> tuple[list, list, list, list]:
-    """The store's runs (all, those matching, those of the page) and the
-    ``_summary_key`` of each run of the page (``limit=None``: of every run
-    matching, which is then the page)."""
-    with _runs_dir(root) as fd:
-        if fd is None:
-            return [], [], [], []
-        every = run_names_in(fd)
-        names = every
-        if match:
-            low = match.lower()
-            names = [n for n in every if low in n.lower()]
-        if limit is None:  # every run matching, each with its key
-            return every, names, names, [_summary_key(fd, n) for n in names]
-        page = names[offset : offset + limit]
-        return every, names, page, [_summary_key(fd, n) for n in page]
-
-
-def _key_of(root, run):
-    with _runs_dir(root) as fd:
-        return None if fd is None else _summary_key(fd, run)
-
-
-def _summary_key(runs_fd: int, run: str):
-    """The identity of a run's summary.json (None when it has none), which
-    a flush changes (it renames a new one in)."""
-    try:
-        st = os.stat(f"{run}/{_runs.SUMMARY}", dir_fd=runs_fd, follow_symlinks=False)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _tag(sid, offset, total, page, keys, running, counts) -> str:
-    # orjson, not repr: a tenth of the cost for a page of 1,000 (names, ints)
-    return xxhash.xxh3_128_hexdigest(orjson.dumps((sid, offset, total, page, keys, running, counts, _SHAPE)))
-
-
-def _counted(root: str, rows: list[dict], keys: dict) -> list[dict]:
-    """Copies of ``rows`` with ``findings`` (the count, or None while not
-    counted yet) and ``counting`` (True while that count is not for the
-    current summary.json); a count that failed says why in ``findings_problem``."""
-    out = []
-    for row in rows:
-        if row["state"] == "damaged":
-            out.append(row)
-            continue
-        count, current, problem = _COUNTER.known(root, row["run"], keys.get(row["run"]))
-        row = {**row, "findings": count, "counting": not current}
-        if problem:
-            row["findings_problem"] = problem
-        out.append(row)
-    return out
-
-
-def _relative(text: str, root: str) -> str:
-    return text.replace(root + os.sep, "").replace(root, ".")
-
-
-_ABSOLUTE = re.compile(r"(?<![\w.~])/[^\s'\"]+")
-
-
-def public_text(text: str, root: str) -> str:
-    """``text`` fit to answer a client: paths under the root relative to it,
-    any other absolute path as ``<path>``."""
-    return _ABSOLUTE.sub("<path>", _relative(text, root))
 
 
 def _row(root: str, s: dict) -> dict:
@@ -704,24 +409,3 @@ def _row(root: str, s: dict) -> dict:
         "config": config_columns(s.get("config") or {}, prefix=""),
     })
     return row
-
-
-def downsample(value: np.ndarray, points: int) -> np.ndarray:
-    """Indices (sorted) of at most ``points`` of ``value`` that keep its
-    shape: its first and last point (the x range a chart of it spans), and,
-    cut into ``(points - 2) // 2`` buckets of equal length, the minimum and
-    the maximum of each, so the series' exact extremes always are kept."""
-    n = len(value)
-    if n <= points:
-        return np.arange(n)
-    buckets = max(1, (points - 2) // 2)
-    width = -(-n // buckets)
-    buckets = -(-n // width)
-    low = np.full(buckets * width, np.inf)
-    high = np.full(buckets * width, -np.inf)
-    low[:n] = value
-    high[:n] = value
-    start = np.arange(buckets) * width
-    at = np.concatenate([start + low.reshape(buckets, width).argmin(1), start + high.reshape(buckets, width).argmax(1),
-                         [0, n - 1]])
-    return np.unique(at)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import orjson
@@ -26,7 +27,8 @@ from tornado import web
 
 from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
 from ..record._where import MAX_LENGTH
-from ._browse import CHART_RUNS, PAGE, POINTS, Bad, Browser, Busy, NotFound, public_text
+from ._browse import CHART_RUNS, PAGE, POINTS, Browser
+from ._public import Bad, Busy, NotFound, public_text
 
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
@@ -167,7 +169,8 @@ ROUTES = [
 
 
 def setup(web_app, root_dir) -> Browser:
-    browser = Browser(root_dir)
+    # the clock the stores' walk is kept by: a test passes its own in the server's tornado_settings
+    browser = Browser(root_dir, clock=web_app.settings.get("somatize_clock", time.monotonic))
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, path), h, {"browser": browser}) for path, h in ROUTES])
     return browser

@@ -103,16 +103,35 @@ def existing_folder(root: Path, run) -> Path:
     problem = folder_problem(folder)
     if problem is not None:
         raise DamagedError(f"run {run!r}: {problem}; move it away and run `somatize check {root}`")
-    if os.path.lexists(folder / SUMMARY) or os.path.lexists(folder / LOG):
+    if recorded(folder):
         return folder
-    names = run_names(root)
+    names = [n for n in run_names(root) if n != run and recorded(os.path.join(root, "runs", n))]
     close = difflib.get_close_matches(run, names, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+    if os.path.isdir(folder):  # a folder, but nothing recorded in it: not listed either
+        hint = f"its folder holds nothing recorded (no {SUMMARY}, no {LOG}); " + hint
     known = ", ".join(map(repr, names[:10])) + (" …" if len(names) > 10 else "")
     raise SomatizeKeyError(
         f"no run {run!r} in the store at {root}: {hint}"
         f"runs there: {known or 'none yet (a Recorder(store, run=...) makes one)'}"
     )
+
+
+def recorded(folder, at: int | None = None) -> bool:
+    """Whether a folder of ``runs/`` holds a run: a summary.json or a
+    facts.log, of whatever kind (what is no file lists as damaged). A folder
+    with neither is one being made, or no run: the listing (``summaries``)
+    leaves it out, and nothing counts it. ``at``: a descriptor of ``runs/``,
+    ``folder`` then the run's name; nothing is followed."""
+    for name in (SUMMARY, LOG):
+        try:
+            os.stat(os.path.join(folder, name), dir_fd=at, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except OSError:  # not ours to look into: it lists, as damaged
+            return True
+        return True
+    return False
 
 
 def load_summary(folder: Path, at: int | None = None) -> dict | None:
