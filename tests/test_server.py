@@ -682,6 +682,45 @@ def test_delete_goes_through_the_xsrf_check():
         assert handler.auth_resource == "somatize"
 
 
+def _cookies(response) -> dict[str, str]:
+    """name -> value of each cookie a response sets."""
+    out = {}
+    for header in response.headers.get_list("Set-Cookie"):
+        name, _, rest = header.partition("=")
+        out[name.strip()] = rest.split(";", 1)[0]
+    return out
+
+
+async def test_a_cookie_authenticated_delete_needs_the_xsrf_token(http_server_client, jp_auth_header, jp_base_url,
+                                                                  layout):
+    """Issue 19, item 8: as a browser sends it (a login cookie, no token
+    header), a DELETE without the _xsrf token is refused (403) and deletes
+    nothing; with it (the cookie the server set, echoed in X-XSRFToken, as
+    JupyterLab's ServerConnection does) it deletes."""
+    base = jp_base_url.rstrip("/")
+    sid = store_id("proj/store")
+    # log in with the token once: the server answers with its login cookie
+    r = await http_server_client.fetch(f"{base}/somatize/stores", headers=jp_auth_header)
+    login = {k: v for k, v in _cookies(r).items() if k.startswith("username-")}
+    assert len(login) == 1, r.headers.get_list("Set-Cookie")
+    # a page of the server gives the browser its _xsrf cookie
+    r = await http_server_client.fetch(f"{base}/login", raise_error=False, follow_redirects=False)
+    xsrf = _cookies(r)["_xsrf"]
+    jar = "; ".join(f"{k}={v}" for k, v in {**login, "_xsrf": xsrf}.items())
+    # the cookie alone authenticates: a GET answers
+    r = await http_server_client.fetch(f"{base}/somatize/stores/{sid}/runs", headers={"Cookie": jar})
+    assert r.code == 200 and "beta" in r.body.decode()
+    url = f"{base}/somatize/stores/{sid}/runs/beta"
+    for headers in ({"Cookie": jar}, {"Cookie": jar, "X-XSRFToken": "2|00000000|" + "0" * 32 + "|1"}):
+        r = await http_server_client.fetch(url, method="DELETE", headers=headers, raise_error=False)
+        assert r.code == 403, (headers, r.code)
+        assert (layout["store"] / "runs" / "beta").is_dir()
+    r = await http_server_client.fetch(url, method="DELETE", headers={"Cookie": jar, "X-XSRFToken": xsrf},
+                                       raise_error=False)
+    assert r.code == 204
+    assert not (layout["store"] / "runs" / "beta").exists()
+
+
 HOSTILE = [
     "..", "../", "..%2f", "..%2F", "%2e%2e%2f", "%2e%2e", "%252e%252e%252f", "..%255c", "..\\", "..%5c",
     "....//", "%2e%2e%5c", "..;", "/etc/passwd", "%2fetc%2fpasswd", "%2Fetc%2Fshadow", "C:\\Windows", "C%3A%5CWindows",

@@ -48,6 +48,7 @@ from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
 from ..record._columns import best, config_columns
+from ..record._queries import step_of
 from ..record._where import Query
 from ._delete import delete_run
 from ._discover import Walk, is_store
@@ -307,23 +308,30 @@ class Browser:
     # ---- one run ---------------------------------------------------------------
 
     def curve(self, sid: str, run: str, name: str, points: int = POINTS) -> dict:
+        """Curve ``name`` of a run, cut to at most ``points``: each point's
+        ``step`` (``record._queries.step_of``, what ``progress`` draws it at:
+        with micro=N not its forward), ``forward`` and ``value``; ``xkind``
+        says which one a chart's x is (``"step"``, as the chart route says it)."""
         from ..record import curve
 
         root, _ = self.run_folder(sid, run)
         with self._noting_damage(sid, run):
             series = curve(root, run, name)
         forward = series.index.to_numpy()
+        step = step_of(series)
         value = series.to_numpy()
         keep = np.isfinite(value)
-        total, forward, value = len(value), forward[keep], value[keep]
+        total, forward, step, value = len(value), forward[keep], step[keep], value[keep]
         exact = {"min": float(value.min()), "max": float(value.max())} if len(value) else {"min": None, "max": None}
         at = downsample(value, max(2, min(points, POINTS)))
-        return {"run": run, "name": series.name, "points": total, "not_finite": int(total - len(value)),
+        return {"run": run, "name": series.name, "xkind": "step", "points": total,
+                "not_finite": int(total - len(value)), "step": step[at].astype(np.int64).tolist(),
                 "forward": forward[at].tolist(), "value": value[at].tolist(), **exact}
 
     def chart(self, name: str, runs: list[tuple[str, str]]) -> dict:
         """Curve ``name`` of several runs (each ``(store id, run)``), overlaid
-        as the notebook panels draw a chart: ``_chart.chart``'s scale (log when
+        as the notebook panels draw a chart, over steps as ``progress`` draws
+        them (``"xkind": "step"``; each point ``[step, value]``): ``_chart.chart``'s scale (log when
         the values span decades), ranges and every tick with its label, each
         run's points cut down as the curve route cuts them. ``runs`` says, for
         each run in order, its store id, name, points, exact min and max, or
@@ -346,12 +354,12 @@ class Browser:
                 series.append({"name": run, "color": "", "points": []})
                 told.append({"store": sid, "run": run, "missing": why})
                 continue
-            series.append({"name": run, "color": "", "points": list(zip(c["forward"], c["value"]))})
+            series.append({"name": run, "color": "", "points": list(zip(c["step"], c["value"]))})
             told.append({"store": sid, "run": run, "points": c["points"], "not_finite": c["not_finite"],
                          "min": c["min"], "max": c["max"]})
         if len(unknown) == len(runs):  # not one run the server knows: the request is wrong
             raise unknown[0]
-        return {**chart(series, ylabel=name, xlabel="step"), "runs": told}
+        return {**chart(series, ylabel=name, xlabel="step", x="step"), "runs": told}
 
     def nodes(self, sid: str, run: str) -> list[dict]:
         from ..record import nodes

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._pictures import _svg
 from ..record import _chart
+from ..record._queries import step_of
 
 POINTS = 2000
 XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}
@@ -38,23 +39,14 @@ WALL = "wall_s"  # the Trainer's fact: the clock (seconds since 1970) when a ste
 EVALUATED = "val_"  # the Trainer's evaluation (torch/_evaluate.py): val_loss, val_<metric>, drawn beside the loss
 
 
-def step_of(losses, c):
-    """The step of each point of curve ``c``: the step whose forward it
-    belongs to, read off the loss curve (one point a step; with micro=N a
-    step spans N forwards), 0 before the first step. An evaluation's facts
-    come after its step's: they are drawn at that step, as `Live` draws them."""
-    at = np.searchsorted(losses.index.to_numpy(dtype=np.int64), c.index.to_numpy(dtype=np.int64), side="right")
-    return np.maximum(at - 1, 0).astype(np.float64)
-
-
 def finite(curve, xs=None):
     """(xs, values) of a curve's finite values (and finite xs). By default x
-    is the step: the fact's place in the curve, from 0 like forwards and
-    `Live` (with micro=N a step spans N forwards, so it is not the curve's
-    index)."""
+    is the step (`record._queries.step_of`: the fact's place in the curve,
+    from 0 like forwards and `Live`; with micro=N a step spans N forwards,
+    so it is not the curve's index)."""
     values = curve.to_numpy(dtype=np.float64)
     if xs is None:
-        xs = np.arange(len(values), dtype=np.float64)
+        xs = step_of(curve)
     keep = np.isfinite(values) & np.isfinite(xs)
     return xs[keep], values[keep]
 
@@ -234,7 +226,7 @@ class Progress:
         `losses`, the steps its points belong to), else seconds (since the
         run's first step began, or since 1970)."""
         if self.x == "step":
-            return None if losses is None else step_of(losses, c)
+            return None if losses is None else step_of(c, losses)
         t = clock_of(store, run, c)
         if self.x == "relative":
             from somatize.record import curve

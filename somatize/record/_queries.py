@@ -271,6 +271,21 @@ def curve(store, run, name="loss"):
     return pd.Series(np.ascontiguousarray(points["value"]), index=index, name=name, copy=False)
 
 
+def step_of(c, losses=None) -> np.ndarray:
+    """The step of each point of curve ``c`` (a Series by forward, as
+    ``curve`` returns it): the one rule of a chart's step axis, kept by the
+    notebook's ``progress`` and the run browser's chart alike. A curve's own
+    points are one a step, so a point's step is its place in the curve, from
+    0 (with micro=N a step spans N forwards: the forward is not the step).
+    Given ``losses`` (the run's loss curve, one point a step), the step whose
+    forward each point belongs to, 0 before the first: an evaluation, said
+    after its step's facts, is drawn at that step."""
+    if losses is None:
+        return np.arange(len(c), dtype=np.float64)
+    at = np.searchsorted(losses.index.to_numpy(dtype=np.int64), c.index.to_numpy(dtype=np.int64), side="right")
+    return np.maximum(at - 1, 0).astype(np.float64)
+
+
 def curve_names(store, run):
     """The names of ``run``'s curves (its numeric facts' series), sorted;
     nothing but the summary is read."""
