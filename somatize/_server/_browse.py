@@ -48,7 +48,7 @@ from ..record import _columns, _runs
 from ..record._chart import chart
 from ..record._check import check_run
 from ..record._columns import best, config_columns
-from ..record._queries import step_of
+from ..record._queries import steps_of
 from ..record._where import Query
 from ._delete import delete_run
 from ._discover import Walk, is_store
@@ -309,7 +309,7 @@ class Browser:
 
     def curve(self, sid: str, run: str, name: str, points: int = POINTS) -> dict:
         """Curve ``name`` of a run, cut to at most ``points``: each point's
-        ``step`` (``record._queries.step_of``, what ``progress`` draws it at:
+        ``step`` (``record._queries.steps_of``, what ``progress`` draws it at:
         with micro=N not its forward), ``forward`` and ``value``; ``xkind``
         says which one a chart's x is (``"step"``, as the chart route says it)."""
         from ..record import curve
@@ -318,7 +318,7 @@ class Browser:
         with self._noting_damage(sid, run):
             series = curve(root, run, name)
         forward = series.index.to_numpy()
-        step = step_of(series)
+        step = steps_of(root, run, series)
         value = series.to_numpy()
         keep = np.isfinite(value)
         total, forward, step, value = len(value), forward[keep], step[keep], value[keep]

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._pictures import _svg
 from ..record import _chart
-from ..record._queries import step_of
+from ..record._queries import step_of, steps_of
 
 POINTS = 2000
 XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}
@@ -114,8 +114,7 @@ class Progress:
         self.runs = runs
         self.x = x
         self.curves = {run: curve(store, run=run, name=name) for run in runs}
-        self._finite = {run: finite(c, self._xs(store, run, c, self._losses(store, run, name)))
-                        for run, c in self.curves.items()}
+        self._finite = {run: finite(c, self._xs(store, run, c)) for run, c in self.curves.items()}
         # Beside the training loss, unasked: each run's evaluation curves ({run: {name: Series}}).
         self.evaluated = {run: self._evaluated(store, run) for run in runs} if name == "loss" else {}
         self._evaluated_finite = {run: {k: finite(c, self._xs(store, run, c, self.curves[run]))
@@ -205,28 +204,12 @@ class Progress:
                        key=lambda n: (n != EVALUATED + "loss", n))  # val_loss first, beside the loss
         return {n: curve(store, run=run, name=n) for n in names}
 
-    def _losses(self, store, run, name):
-        """The run's loss curve, which says where each step is, when ``name``
-        is another fact drawn over steps (an evaluation's, ``lr``, an
-        instrument's: their points come now and then, not one a step); None
-        for the loss itself and for a run that records no loss (then a
-        point's place in its curve is its x)."""
-        if self.x != "step" or name == "loss":
-            return None
-        from somatize._base.errors import SomatizeKeyError
-        from somatize.record import curve
-
-        try:
-            return curve(store, run=run, name="loss")
-        except SomatizeKeyError:
-            return None
-
     def _xs(self, store, run, c, losses=None):
-        """The x of each point of `c`: None for steps (or, given the run's
-        `losses`, the steps its points belong to), else seconds (since the
+        """The x of each point of `c`: its step (`record._queries.steps_of`;
+        given the run's `losses`, read off them), else seconds (since the
         run's first step began, or since 1970)."""
         if self.x == "step":
-            return None if losses is None else step_of(c, losses)
+            return step_of(c, losses) if losses is not None else steps_of(store, run, c)
         t = clock_of(store, run, c)
         if self.x == "relative":
             from somatize.record import curve

@@ -286,6 +286,22 @@ def step_of(c, losses=None) -> np.ndarray:
     return np.maximum(at - 1, 0).astype(np.float64)
 
 
+def steps_of(store, run, c) -> np.ndarray:
+    """The step of each point of ``c``, the curve of ``run`` named
+    ``c.name``: the loss's by its place (``step_of(c)``); any other fact's
+    (an evaluation's, ``lr``, an instrument's: said now and then, not once a
+    step) by the run's loss curve (``step_of(c, losses)``), or by its place
+    when the run records no loss. What ``progress`` and the run browser's
+    chart both draw over."""
+    if c.name == "loss":
+        return step_of(c)
+    try:
+        losses = curve(store, run, "loss")
+    except SomatizeKeyError:
+        return step_of(c)
+    return step_of(c, losses)
+
+
 def curve_names(store, run):
     """The names of ``run``'s curves (its numeric facts' series), sorted;
     nothing but the summary is read."""
