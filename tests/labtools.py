@@ -182,9 +182,9 @@ def open_two_runs(page, first, second):
     side.locator(f"tr.smz-row[data-run='{second}']").click(modifiers=["Control"])
     side.locator("button", has_text="Open").click()
     panel = page.locator(".somatize-runs-panel").last
-    panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
-    assert panel.locator("polyline.smz-curve").count() == 2
-    assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == sorted([first, second])
+    panel.locator("svg.somatize-chart polyline.curve").nth(1).wait_for(timeout=30_000)
+    assert panel.locator("svg.somatize-chart polyline.curve").count() == 2
+    assert sorted(panel.locator(".somatize-legend .name").all_text_contents()) == sorted([first, second])
     return panel
 
 

@@ -35,7 +35,7 @@ from labtools import (
     wait_for_findings_counted,
 )
 
-from somatize.record import _chart, curve
+from somatize.record import _chart, curve, progress
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -75,6 +75,16 @@ LAYOUT_JS = r"""() => {
            height: long.getBoundingClientRect().height, font: parseFloat(getComputedStyle(long).fontSize)},
   };
 }"""
+
+# A chart as drawn, whatever draws it: its parts (each kind of element once, by
+# tag and class), its tick labels, axis titles and lines (name, points).
+DRAWING = r"""svg => ({
+  parts: [...new Set([...svg.querySelectorAll('*')].map(n => `${n.tagName}.${n.getAttribute('class') ?? ''}`))].sort(),
+  x: [...svg.querySelectorAll("text.tick[text-anchor='middle']")].map(t => t.textContent),
+  y: [...svg.querySelectorAll("text.tick[text-anchor='end']")].map(t => [t.dataset.value, t.textContent]),
+  axes: [...svg.querySelectorAll('text.axis')].map(t => t.textContent),
+  lines: [...svg.querySelectorAll('polyline.curve')].map(p => [p.dataset.name, p.dataset.points]),
+})"""
 
 
 def record_run(store, run, losses):
@@ -264,12 +274,12 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 side.locator("tr.smz-row[data-run='decades']").click()
                 side.locator("button", has_text="Open").click()
                 lone = page.locator(".somatize-runs-panel").last
-                lone.locator("polyline.smz-curve").wait_for(timeout=30_000)
+                lone.locator("svg.somatize-chart polyline.curve").wait_for(timeout=30_000)
                 want = _chart.chart([{"name": "decades", "color": "", "points": list(
                     curve(runs_root / "long-names", "decades", "loss").items())}], ylabel="loss")
-                assert want["log"] and lone.locator("svg.smz-chart").get_attribute("data-log") == "true"
+                assert want["log"] and lone.locator("svg.somatize-chart").get_attribute("data-log") == "true"
                 assert lone.locator(".smz-curves h3").text_content() == "loss by step, on a log scale"
-                ticks = lone.locator(".smz-chart text.smz-tick[text-anchor='end']").evaluate_all(
+                ticks = lone.locator("svg.somatize-chart text.tick[text-anchor='end']").evaluate_all(
                     "ts => ts.map(t => [t.textContent, t.getBoundingClientRect().y])")
                 assert [label for label, _ in ticks] == [label for _, label in want["yticks"]] == \
                     ["0.01", "0.1", "1", "10", "100"]
@@ -294,6 +304,30 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 cell.locator(".somatize-progress").first.wait_for(state="attached", timeout=120_000)
                 errors = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
                 assert errors.count() == 0
+
+                # one renderer: alpha's loss drawn by that progress in the notebook and by the panel
+                # the sidebar opens is the same drawing, read off the page: the same parts, ticks, labels
+                notebook = cell.locator(".somatize-progress svg.somatize-chart")
+                notebook.locator("polyline.curve").wait_for(state="attached", timeout=60_000)
+                side.locator("button", has_text="Open").click()  # alpha, still selected
+                own = page.locator(".somatize-runs-panel").last
+                own.locator("svg.somatize-chart polyline.curve").wait_for(timeout=30_000)
+                drawn = [chart.evaluate(DRAWING) for chart in (notebook, own.locator("svg.somatize-chart"))]
+                # x: every k-th label of the one list, k as the width allows (the cells' widths differ)
+                every = [label for _, label in progress(runs_root / "experiments" / "store",
+                                                                 run="alpha").chart()["xticks"]]
+                for x in (d.pop("x") for d in drawn):
+                    assert len(x) >= 3 and x == every[::every.index(x[1])], (x, every)
+                assert drawn[0] == drawn[1], drawn
+                assert drawn[0]["axes"] == ["step", "loss"] and drawn[0]["lines"] == [["alpha", "400"]], drawn
+                assert len(drawn[0]["y"]) >= 2, drawn
+                # and it answers the pointer as the notebook's does: the step under it and alpha's value
+                box = own.locator("svg.somatize-chart rect.frame").bounding_box()
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                said = own.locator("svg.somatize-chart g.hover").evaluate(
+                    "g => [g.getAttribute('visibility'), ...[...g.querySelectorAll('tspan')].map(t => t.textContent)]")
+                assert said[0] == "visible" and said[1].startswith("step ") and said[2].startswith("alpha: "), said
+                page.screenshot(path=SIDEBAR_SHOTS / "hover-1400.png")
                 assert dialogs == [] and stray == []
             finally:
                 page.screenshot(path=SIDEBAR_SHOTS / "page.png")

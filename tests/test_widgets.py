@@ -17,6 +17,7 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
+from somatize._pictures import _svg
 from somatize.record import Live, _chart, facts, progress, spent
 from somatize.torch import Trainer, parameters
 
@@ -831,7 +832,16 @@ def test_the_front_end_is_sent_the_javascript_of_js_widgets(recorded, tmp_path):
     assert [o["_esm"] for o in opened] == [chart + "\n" + (source / "live.js").read_text(),
                                            (source / "spent.js").read_text(), (source / "graph.js").read_text(),
                                            chart + "\n" + (source / "progress.js").read_text()]
-    assert all(o["_css"] == (source / "panel.css").read_text() for o in opened)
+    css = (source / "chart.css").read_text() + "\n" + (source / "panel.css").read_text()  # the chart's look first
+    assert all(o["_css"] == css for o in opened)
+
+
+def test_the_chart_s_own_palette_is_the_pictures():
+    """chart.js colours a series sent without a colour (the run browser's) from
+    its PALETTE: the very list the pictures and the panels colour from."""
+    source = (Path(__file__).parents[1] / "js" / "widgets" / "chart.js").read_text()
+    listed = re.search(r"export const PALETTE = \[(.*?)\];", source, re.S).group(1)
+    assert re.findall(r'"([^"]+)"', listed) == _svg.SERIES
 
 
 def test_a_title_is_escaped_in_the_static_picture():
