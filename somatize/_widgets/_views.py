@@ -62,7 +62,18 @@ class GraphView(anywidget.AnyWidget):
     graph = traitlets.Dict().tag(sync=True)
 
 
-def view_bundle(widget):
-    """The mime entry that makes a front end draw `widget` (any ipywidget)."""
+# An HTML export of an executed notebook keeps the widgets' state (nbclient
+# stores it unless told not to), and nbconvert then draws each panel as a
+# widget view whose code comes from a CDN: offline, an empty box, the
+# picture beside it never shown. Without the state it shows the picture.
+EXPORT_FLAG = "--ExecutePreprocessor.store_widget_state=False"
+EXPORT_HINT = f"(its picture in an HTML export: jupyter nbconvert --execute --to html {EXPORT_FLAG})"
+
+
+def view_bundle(widget, text):
+    """The mime entries that make a front end draw `widget` (any ipywidget),
+    with `text` (the panel's text/plain) followed by EXPORT_HINT: what a
+    reader without the widget gets, and how an export shows the picture."""
     return {"application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
-                                                         "model_id": widget.model_id}}
+                                                         "model_id": widget.model_id},
+            "text/plain": f"{text}\n{EXPORT_HINT}"}
