@@ -354,3 +354,63 @@ def test_sidebar_names_the_command_when_the_server_extension_is_off(runs_root, t
             assert page.locator("#somatize-sidebar").get_attribute("data-problem") == "missing-server-extension"
         finally:
             browser.close()
+
+
+# The x a chart's lines are drawn at, read back through its own x axis (the
+# labelled ticks' places), and the half pixel that reading is good to.
+LINES_BY_X = r"""svg => {
+  const ticks = [...svg.querySelectorAll("text.tick[text-anchor='middle']")];
+  const at = ticks.map(t => [+t.dataset.value, +t.getAttribute('x')]);
+  const [[v0, p0], [v1, p1]] = [at[0], at[at.length - 1]];
+  const per = (p1 - p0) / (v1 - v0);
+  return {half: 0.5 / per, labels: ticks.map(t => t.textContent),
+          lines: [...svg.querySelectorAll('polyline.curve')].map(p => p.getAttribute('points').trim().split(' ')
+            .map(q => (+q.split(',')[0] - p0) / per + v0))};
+}"""
+
+
+def test_the_panel_s_step_axis_counts_steps_when_a_step_runs_two_forwards(tmp_path):
+    """A Trainer with micro=2 runs two forwards a step and records its loss
+    once a step, after the second: the panel's axis says "step", so its line
+    runs over steps 0 to 39 as the notebook's progress draws it, not over
+    the forwards 1, 3, … 79 the loss was said at (issue 19, item 4). The
+    panel draws the x the server's chart gives; read off the page."""
+    from playwright.sync_api import sync_playwright
+
+    from somatize import Recorder, Store
+
+    SIDEBAR_SHOTS.mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "root"
+    store = Store(root / "store")
+    with Recorder(store, run="micro") as r:
+        for step in range(40):
+            for _ in range(2):  # micro=2: two forwards, one step
+                r.forward_began()
+                r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
+                r({"fact": "finished", "took_us": 50})
+            r({"fact": "loss", "value": 2.0 / (step + 1)})
+    assert list(curve(store, "micro", "loss").index[:3]) == [1, 3, 5]  # said at these forwards
+    want = progress(store, run="micro").chart()
+    assert want["x"] == [0, 39] and want["xlabel"] == "step"
+    with running_lab(root, tmp_path) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            open_sidebar(page, url)
+            side = page.locator("#somatize-sidebar")
+            side.locator("tr.smz-row[data-run='micro']").click()
+            side.locator("button", has_text="Open").click()
+            panel = page.locator(".somatize-runs-panel").last
+            chart = panel.locator("svg.somatize-chart")
+            chart.locator("polyline.curve").wait_for(timeout=30_000)
+            assert chart.locator("text.axis").first.text_content() == "step"
+            assert panel.locator(".smz-curves h3").text_content() == "loss by step"
+            got = chart.evaluate(LINES_BY_X)
+            every = [label for _, label in want["xticks"]]
+            assert got["labels"] == every[::every.index(got["labels"][1])], (got["labels"], every)
+            (line,) = got["lines"]
+            assert len(line) == 40
+            assert all(abs(x - step) <= got["half"] for step, x in enumerate(line)), line
+            page.screenshot(path=SIDEBAR_SHOTS / "micro-steps-1400.png")
+        finally:
+            browser.close()

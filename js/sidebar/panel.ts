@@ -123,7 +123,8 @@ export class RunsPanel extends Widget {
       return;
     }
     const title = this.curves.firstElementChild!;
-    title.textContent = `${this.curveName} by step${data.log ? ', on a log scale' : ''}`;
+    // x is what the server's chart says it is (its axis title: steps), drawn as given
+    title.textContent = `${this.curveName} by ${data.xlabel}${data.log ? ', on a log scale' : ''}`;
     if (this.chosen.length > data.series.length) {
       title.textContent += ` (the first ${data.series.length} of ${this.chosen.length} runs)`;
     }
