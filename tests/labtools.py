@@ -153,6 +153,24 @@ def open_sidebar(page, url, where="lab"):
     page.locator("#somatize-sidebar").wait_for(timeout=30_000)
 
 
+@contextlib.contextmanager
+def sidebar_page(root, tmp_path):
+    """A page 1400 px wide in Debian's Chromium, on a `jupyter lab` serving
+    ``root`` (``running_lab``) with the run browser's sidebar open; closed on
+    leaving. Yields the page."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    with running_lab(root, tmp_path) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            open_sidebar(page, url)
+            yield page
+        finally:
+            browser.close()
+
+
 def theme(page, name, light):
     """Switch the lab to the theme ``name`` from its Settings menu."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Settings").first.click()

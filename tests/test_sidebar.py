@@ -31,6 +31,7 @@ from labtools import (
     open_two_runs,
     running_lab,
     shoot,
+    sidebar_page,
     theme,
     wait_for_findings_counted,
 )
@@ -375,8 +376,6 @@ def test_the_panel_s_step_axis_counts_steps_when_a_step_runs_two_forwards(tmp_pa
     runs over steps 0 to 39 as the notebook's progress draws it, not over
     the forwards 1, 3, … 79 the loss was said at (issue 19, item 4). The
     panel draws the x the server's chart gives; read off the page."""
-    from playwright.sync_api import sync_playwright
-
     from somatize import Recorder, Store
 
     SIDEBAR_SHOTS.mkdir(parents=True, exist_ok=True)
@@ -392,25 +391,19 @@ def test_the_panel_s_step_axis_counts_steps_when_a_step_runs_two_forwards(tmp_pa
     assert list(curve(store, "micro", "loss").index[:3]) == [1, 3, 5]  # said at these forwards
     want = progress(store, run="micro").chart()
     assert want["x"] == [0, 39] and want["xlabel"] == "step"
-    with running_lab(root, tmp_path) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        try:
-            open_sidebar(page, url)
-            side = page.locator("#somatize-sidebar")
-            side.locator("tr.smz-row[data-run='micro']").click()
-            side.locator("button", has_text="Open").click()
-            panel = page.locator(".somatize-runs-panel").last
-            chart = panel.locator("svg.somatize-chart")
-            chart.locator("polyline.curve").wait_for(timeout=30_000)
-            assert chart.locator("text.axis").first.text_content() == "step"
-            assert panel.locator(".smz-curves h3").text_content() == "loss by step"
-            got = chart.evaluate(LINES_BY_X)
-            every = [label for _, label in want["xticks"]]
-            assert got["labels"] == every[::every.index(got["labels"][1])], (got["labels"], every)
-            (line,) = got["lines"]
-            assert len(line) == 40
-            assert all(abs(x - step) <= got["half"] for step, x in enumerate(line)), line
-            page.screenshot(path=SIDEBAR_SHOTS / "micro-steps-1400.png")
-        finally:
-            browser.close()
+    with sidebar_page(root, tmp_path) as page:
+        side = page.locator("#somatize-sidebar")
+        side.locator("tr.smz-row[data-run='micro']").click()
+        side.locator("button", has_text="Open").click()
+        panel = page.locator(".somatize-runs-panel").last
+        chart = panel.locator("svg.somatize-chart")
+        chart.locator("polyline.curve").wait_for(timeout=30_000)
+        assert chart.locator("text.axis").first.text_content() == "step"
+        assert panel.locator(".smz-curves h3").text_content() == "loss by step"
+        got = chart.evaluate(LINES_BY_X)
+        every = [label for _, label in want["xticks"]]
+        assert got["labels"] == every[::every.index(got["labels"][1])], (got["labels"], every)
+        (line,) = got["lines"]
+        assert len(line) == 40
+        assert all(abs(x - step) <= got["half"] for step, x in enumerate(line)), line
+        page.screenshot(path=SIDEBAR_SHOTS / "micro-steps-1400.png")
