@@ -153,6 +153,24 @@ def open_sidebar(page, url, where="lab"):
     page.locator("#somatize-sidebar").wait_for(timeout=30_000)
 
 
+@contextlib.contextmanager
+def sidebar_page(root, tmp_path):
+    """A page 1400 px wide in Debian's Chromium, on a `jupyter lab` serving
+    ``root`` (``running_lab``) with the run browser's sidebar open; closed on
+    leaving. Yields the page."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    with running_lab(root, tmp_path) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            open_sidebar(page, url)
+            yield page
+        finally:
+            browser.close()
+
+
 def theme(page, name, light):
     """Switch the lab to the theme ``name`` from its Settings menu."""
     page.locator(".lm-MenuBar-itemLabel", has_text="Settings").first.click()
@@ -182,9 +200,9 @@ def open_two_runs(page, first, second):
     side.locator(f"tr.smz-row[data-run='{second}']").click(modifiers=["Control"])
     side.locator("button", has_text="Open").click()
     panel = page.locator(".somatize-runs-panel").last
-    panel.locator("polyline.smz-curve").nth(1).wait_for(timeout=30_000)
-    assert panel.locator("polyline.smz-curve").count() == 2
-    assert sorted(panel.locator(".smz-legend-name").all_text_contents()) == sorted([first, second])
+    panel.locator("svg.somatize-chart polyline.curve").nth(1).wait_for(timeout=30_000)
+    assert panel.locator("svg.somatize-chart polyline.curve").count() == 2
+    assert sorted(panel.locator(".somatize-legend .name").all_text_contents()) == sorted([first, second])
     return panel
 
 

@@ -358,10 +358,10 @@ def test_the_graph_panel_zooms_fits_and_pans_a_graph_larger_than_its_cell(browse
     node inside the cell (and says so with aria-pressed), a drag pans by what
     the pointer moved. Read from the rendered boxes; each state screenshotted."""
     from somatize._widgets._graph import describe, title_of
+    from somatize._widgets._views import CSS as css  # what the widget is sent: chart.css, then panel.css
 
     g = big_graph()
     data = {**describe(g), "title": title_of(g)}
-    css = (ROOT / "js" / "widgets" / "panel.css").read_text()
     page = browser.new_page(viewport={"width": 800, "height": 1000})
     try:
         page.set_content(f"<html><head><style>{css}</style></head><body>"

@@ -86,11 +86,11 @@ def test_the_demo_runs_in_the_run_browser(notebooks, tmp_path):
             assert panel.locator(".smz-curves h3").text_content() == "roughness/smooth by step"
             assert panel.locator(".smz-curve-picker").input_value() == "roughness/smooth"
             # its axes are the notebook panels' one chart of those curves, read off the page
-            order = [s.get_attribute("data-run") for s in panel.locator("polyline.smz-curve").all()]
+            order = [s.get_attribute("data-name") for s in panel.locator("svg.somatize-chart polyline.curve").all()]
             want = _chart.chart([{"name": run, "color": "", "points": list(curve(notebooks / "demo-store", run,
                                                                                    "roughness/smooth").items())}
                                  for run in order], ylabel="roughness/smooth")
-            ticks = panel.locator(".smz-chart text.smz-tick").evaluate_all(
+            ticks = panel.locator("svg.somatize-chart text.tick").evaluate_all(
                 "ts => ts.map(t => [t.getAttribute('text-anchor'), t.textContent])")
             assert [s for a, s in ticks if a == "end"] == [label for _, label in want["yticks"]]
             shown_x = [s for a, s in ticks if a == "middle"]

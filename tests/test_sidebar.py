@@ -31,11 +31,12 @@ from labtools import (
     open_two_runs,
     running_lab,
     shoot,
+    sidebar_page,
     theme,
     wait_for_findings_counted,
 )
 
-from somatize.record import _chart, curve
+from somatize.record import _chart, curve, progress
 
 # ---- the run browser --------------------------------------------------------------------
 
@@ -75,6 +76,16 @@ LAYOUT_JS = r"""() => {
            height: long.getBoundingClientRect().height, font: parseFloat(getComputedStyle(long).fontSize)},
   };
 }"""
+
+# A chart as drawn, whatever draws it: its parts (each kind of element once, by
+# tag and class), its tick labels, axis titles and lines (name, points).
+DRAWING = r"""svg => ({
+  parts: [...new Set([...svg.querySelectorAll('*')].map(n => `${n.tagName}.${n.getAttribute('class') ?? ''}`))].sort(),
+  x: [...svg.querySelectorAll("text.tick[text-anchor='middle']")].map(t => t.textContent),
+  y: [...svg.querySelectorAll("text.tick[text-anchor='end']")].map(t => [t.dataset.value, t.textContent]),
+  axes: [...svg.querySelectorAll('text.axis')].map(t => t.textContent),
+  lines: [...svg.querySelectorAll('polyline.curve')].map(p => [p.dataset.name, p.dataset.points]),
+})"""
 
 
 def record_run(store, run, losses):
@@ -264,12 +275,12 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 side.locator("tr.smz-row[data-run='decades']").click()
                 side.locator("button", has_text="Open").click()
                 lone = page.locator(".somatize-runs-panel").last
-                lone.locator("polyline.smz-curve").wait_for(timeout=30_000)
+                lone.locator("svg.somatize-chart polyline.curve").wait_for(timeout=30_000)
                 want = _chart.chart([{"name": "decades", "color": "", "points": list(
                     curve(runs_root / "long-names", "decades", "loss").items())}], ylabel="loss")
-                assert want["log"] and lone.locator("svg.smz-chart").get_attribute("data-log") == "true"
+                assert want["log"] and lone.locator("svg.somatize-chart").get_attribute("data-log") == "true"
                 assert lone.locator(".smz-curves h3").text_content() == "loss by step, on a log scale"
-                ticks = lone.locator(".smz-chart text.smz-tick[text-anchor='end']").evaluate_all(
+                ticks = lone.locator("svg.somatize-chart text.tick[text-anchor='end']").evaluate_all(
                     "ts => ts.map(t => [t.textContent, t.getBoundingClientRect().y])")
                 assert [label for label, _ in ticks] == [label for _, label in want["yticks"]] == \
                     ["0.01", "0.1", "1", "10", "100"]
@@ -294,6 +305,30 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 cell.locator(".somatize-progress").first.wait_for(state="attached", timeout=120_000)
                 errors = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
                 assert errors.count() == 0
+
+                # one renderer: alpha's loss drawn by that progress in the notebook and by the panel
+                # the sidebar opens is the same drawing, read off the page: the same parts, ticks, labels
+                notebook = cell.locator(".somatize-progress svg.somatize-chart")
+                notebook.locator("polyline.curve").wait_for(state="attached", timeout=60_000)
+                side.locator("button", has_text="Open").click()  # alpha, still selected
+                own = page.locator(".somatize-runs-panel").last
+                own.locator("svg.somatize-chart polyline.curve").wait_for(timeout=30_000)
+                drawn = [chart.evaluate(DRAWING) for chart in (notebook, own.locator("svg.somatize-chart"))]
+                # x: every k-th label of the one list, k as the width allows (the cells' widths differ)
+                every = [label for _, label in progress(runs_root / "experiments" / "store",
+                                                                 run="alpha").chart()["xticks"]]
+                for x in (d.pop("x") for d in drawn):
+                    assert len(x) >= 3 and x == every[::every.index(x[1])], (x, every)
+                assert drawn[0] == drawn[1], drawn
+                assert drawn[0]["axes"] == ["step", "loss"] and drawn[0]["lines"] == [["alpha", "400"]], drawn
+                assert len(drawn[0]["y"]) >= 2, drawn
+                # and it answers the pointer as the notebook's does: the step under it and alpha's value
+                box = own.locator("svg.somatize-chart rect.frame").bounding_box()
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                said = own.locator("svg.somatize-chart g.hover").evaluate(
+                    "g => [g.getAttribute('visibility'), ...[...g.querySelectorAll('tspan')].map(t => t.textContent)]")
+                assert said[0] == "visible" and said[1].startswith("step ") and said[2].startswith("alpha: "), said
+                page.screenshot(path=SIDEBAR_SHOTS / "hover-1400.png")
                 assert dialogs == [] and stray == []
             finally:
                 page.screenshot(path=SIDEBAR_SHOTS / "page.png")
@@ -320,3 +355,55 @@ def test_sidebar_names_the_command_when_the_server_extension_is_off(runs_root, t
             assert page.locator("#somatize-sidebar").get_attribute("data-problem") == "missing-server-extension"
         finally:
             browser.close()
+
+
+# The x a chart's lines are drawn at, read back through its own x axis (the
+# labelled ticks' places), and the half pixel that reading is good to.
+LINES_BY_X = r"""svg => {
+  const ticks = [...svg.querySelectorAll("text.tick[text-anchor='middle']")];
+  const at = ticks.map(t => [+t.dataset.value, +t.getAttribute('x')]);
+  const [[v0, p0], [v1, p1]] = [at[0], at[at.length - 1]];
+  const per = (p1 - p0) / (v1 - v0);
+  return {half: 0.5 / per, labels: ticks.map(t => t.textContent),
+          lines: [...svg.querySelectorAll('polyline.curve')].map(p => p.getAttribute('points').trim().split(' ')
+            .map(q => (+q.split(',')[0] - p0) / per + v0))};
+}"""
+
+
+def test_the_panel_s_step_axis_counts_steps_when_a_step_runs_two_forwards(tmp_path):
+    """A Trainer with micro=2 runs two forwards a step and records its loss
+    once a step, after the second: the panel's axis says "step", so its line
+    runs over steps 0 to 39 as the notebook's progress draws it, not over
+    the forwards 1, 3, … 79 the loss was said at (issue 19, item 4). The
+    panel draws the x the server's chart gives; read off the page."""
+    from somatize import Recorder, Store
+
+    SIDEBAR_SHOTS.mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "root"
+    store = Store(root / "store")
+    with Recorder(store, run="micro") as r:
+        for step in range(40):
+            for _ in range(2):  # micro=2: two forwards, one step
+                r.forward_began()
+                r({"fact": "ran", "node": "body", "began_us": 0, "took_us": 40})
+                r({"fact": "finished", "took_us": 50})
+            r({"fact": "loss", "value": 2.0 / (step + 1)})
+    assert list(curve(store, "micro", "loss").index[:3]) == [1, 3, 5]  # said at these forwards
+    want = progress(store, run="micro").chart()
+    assert want["x"] == [0, 39] and want["xlabel"] == "step"
+    with sidebar_page(root, tmp_path) as page:
+        side = page.locator("#somatize-sidebar")
+        side.locator("tr.smz-row[data-run='micro']").click()
+        side.locator("button", has_text="Open").click()
+        panel = page.locator(".somatize-runs-panel").last
+        chart = panel.locator("svg.somatize-chart")
+        chart.locator("polyline.curve").wait_for(timeout=30_000)
+        assert chart.locator("text.axis").first.text_content() == "step"
+        assert panel.locator(".smz-curves h3").text_content() == "loss by step"
+        got = chart.evaluate(LINES_BY_X)
+        every = [label for _, label in want["xticks"]]
+        assert got["labels"] == every[::every.index(got["labels"][1])], (got["labels"], every)
+        (line,) = got["lines"]
+        assert len(line) == 40
+        assert all(abs(x - step) <= got["half"] for step, x in enumerate(line)), line
+        page.screenshot(path=SIDEBAR_SHOTS / "micro-steps-1400.png")

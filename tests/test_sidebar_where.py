@@ -3,9 +3,7 @@ JupyterLab in Chromium: the rows shown are the runs ``runs(store, where=)``
 answers, a query that does not read shows the server's message pointing at
 its place, and a part of a name still filters by name."""
 
-from pathlib import Path
-
-from labtools import CHROMIUM, FLAGS, open_sidebar, running_lab
+from labtools import sidebar_page
 
 from somatize import Recorder, Store
 from somatize.record import runs
@@ -24,9 +22,6 @@ def wait_shown(page, want):
 
 
 def test_the_filter_box_asks_the_server_a_query_and_shows_what_it_means(tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
     root = tmp_path / "root"
     store = Store(root / "sweep")
     for run, lr in RUNS.items():
@@ -37,27 +32,21 @@ def test_the_filter_box_asks_the_server_a_query_and_shows_what_it_means(tmp_path
     query = 'config.lr < 0.05 and loss.best < 0.05 or config.opt == "sgd" and not config.lr == 1'
     want = list(runs(store, where=query)["run"])
     assert sorted(want) == ["lr-0.001", "lr-0.01", "lr-0.1"]
-    with running_lab(root, tmp_path) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        try:
-            open_sidebar(page, url)
-            side = page.locator("#somatize-sidebar")
-            wait_shown(page, list(RUNS))
-            box = side.locator("input.smz-filter")
-            box.fill(query)
-            wait_shown(page, want)
-            assert side.get_attribute("data-problem") is None
+    with sidebar_page(root, tmp_path) as page:
+        side = page.locator("#somatize-sidebar")
+        wait_shown(page, list(RUNS))
+        box = side.locator("input.smz-filter")
+        box.fill(query)
+        wait_shown(page, want)
+        assert side.get_attribute("data-problem") is None
 
-            box.fill("config.lr < and")
-            message = side.locator(".smz-message")
-            message.wait_for(state="visible", timeout=30_000)
-            text = message.text_content()
-            assert side.get_attribute("data-problem") == "query"
-            assert "character 12" in text and "expected" in text and "^" in text and shown(side) == []
+        box.fill("config.lr < and")
+        message = side.locator(".smz-message")
+        message.wait_for(state="visible", timeout=30_000)
+        text = message.text_content()
+        assert side.get_attribute("data-problem") == "query"
+        assert "character 12" in text and "expected" in text and "^" in text and shown(side) == []
 
-            box.fill("0.0")  # a part of a name: matched in the page
-            wait_shown(page, ["lr-0.001", "lr-0.01"])
-            assert message.is_hidden()
-        finally:
-            browser.close()
+        box.fill("0.0")  # a part of a name: matched in the page
+        wait_shown(page, ["lr-0.001", "lr-0.01"])
+        assert message.is_hidden()

@@ -9,6 +9,8 @@ from pathlib import Path
 import nbformat
 from nbexec import execute
 
+from somatize._widgets._views import EXPORT_HINT
+
 from pictures import SVG, curve, parse, stats, svg_markup
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "03-training.ipynb"
@@ -56,7 +58,7 @@ def test_notebook_03_runs_and_shows_what_it_says():
     assert isinstance(ten[-1]["value"], int) and ten[-1]["value"] > 0
 
     (graph,) = displayed(out["graph"])
-    assert graph["text/plain"] == "Graph(body >> head)"
+    assert graph["text/plain"] == f"Graph(body >> head)\n{EXPORT_HINT}"  # and how an export shows the picture
     assert 'data-node="body"' in svg_markup(graph["text/html"]) and 'data-node="head"' in svg_markup(graph["text/html"])
     (live,) = displayed(out["live"])
     picture = parse(live["text/html"])
@@ -66,7 +68,7 @@ def test_notebook_03_runs_and_shows_what_it_says():
     (progress,) = displayed(out["progress"])
     assert "'a-run': 300 steps" in progress["text/plain"] and "text/html" in progress
     (spent,) = displayed(out["spent"])
-    bars = spent["text/plain"].splitlines()[1:]
+    bars = spent["text/plain"].splitlines()[1:-1]  # the last: EXPORT_HINT
     assert {line.split()[0] for line in bars} == {"body", "head", "engine", "Trainer"}
 
     grouped = text(out["grouped"])

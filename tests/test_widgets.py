@@ -17,6 +17,7 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
+from somatize._pictures import _svg
 from somatize.record import Live, _chart, facts, progress, spent
 from somatize.record import curve as record_curve
 from somatize.torch import Trainer, parameters
@@ -872,7 +873,30 @@ def test_the_front_end_is_sent_the_javascript_of_js_widgets(recorded, tmp_path):
     assert [o["_esm"] for o in opened] == [chart + "\n" + (source / "live.js").read_text(),
                                            (source / "spent.js").read_text(), (source / "graph.js").read_text(),
                                            chart + "\n" + (source / "progress.js").read_text()]
-    assert all(o["_css"] == (source / "panel.css").read_text() for o in opened)
+    css = (source / "chart.css").read_text() + "\n" + (source / "panel.css").read_text()  # the chart's look first
+    assert all(o["_css"] == css for o in opened)
+
+
+def test_each_panel_s_text_says_the_flag_that_shows_its_picture_in_an_export(recorded, tmp_path):
+    """What a reader without the widget gets: the panel's repr, then how an
+    executed HTML export shows its picture (nbclient keeps the widgets' state,
+    and nbconvert then draws an empty widget view offline)."""
+    from somatize._widgets._views import EXPORT_FLAG, EXPORT_HINT
+
+    g, store = twenty(tmp_path, forwards=1)
+    losses = recorded_losses(tmp_path, [2.0, 1.0], store=Store(tmp_path / "p"))
+    assert EXPORT_FLAG in EXPORT_HINT
+    for panel in (Live(), spent(store, run="r"), g, progress(losses, run="r")):
+        bundle = panel._repr_mimebundle_()
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert bundle["text/plain"] == f"{panel!r}\n{EXPORT_HINT}", bundle["text/plain"]
+
+def test_the_chart_s_own_palette_is_the_pictures():
+    """chart.js colours a series sent without a colour (the run browser's) from
+    its PALETTE: the very list the pictures and the panels colour from."""
+    source = (Path(__file__).parents[1] / "js" / "widgets" / "chart.js").read_text()
+    listed = re.search(r"export const PALETTE = \[(.*?)\];", source, re.S).group(1)
+    assert re.findall(r'"([^"]+)"', listed) == _svg.SERIES
 
 
 def test_a_title_is_escaped_in_the_static_picture():

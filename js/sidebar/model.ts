@@ -2,6 +2,7 @@
  * What the server answers (somatize/_server/_browse.py), and the few pure
  * helpers the table and the panel share: formatting, a fact's best value.
  */
+import type { Chart } from '../widgets/chart.js';
 
 export interface IStore {
   id: string;
@@ -52,16 +53,12 @@ export interface IRunPage {
   next: number | null;
 }
 
-/** What the server's chart route answers: somatize's one chart (record/_chart.py). */
-export interface IChart {
-  log: boolean;
-  xlabel: string;
-  ylabel: string;
-  x: [number, number];
-  y: [number, number] | null; // on a log axis, log10 of the values
-  xticks: [number, string][];
-  yticks: [number, string][];
-  series: { name: string; points: [number, number][] }[];
+/**
+ * What the server's chart route answers: somatize's one chart (record/_chart.py),
+ * drawn by the notebook panels' one renderer (js/widgets/chart.js), and what
+ * each run gave it.
+ */
+export interface IChart extends Chart {
   runs: {
     store: string;
     run: string;

@@ -3,8 +3,10 @@
  * overlaid with a legend, as the server's chart route decides them with the
  * notebook panels' one chart (record/_chart.py: log scale when the values
  * span decades, every tick with its label; each series cut to at most 2,000
- * points, its extremes kept), drawn here at the panel's width, where the time went per node, their
- * summaries side by side and their findings (somatize.diagnose). Colours are JupyterLab's theme variables.
+ * points, its extremes kept) and drawn by the notebook panels' own renderer
+ * (js/widgets/chart.js, its look js/widgets/chart.css) at the panel's width;
+ * where the time went per node, their summaries side by side and their
+ * findings (somatize.diagnose). Colours are JupyterLab's theme variables.
  */
 import { Widget } from '@lumino/widgets';
 import { Message } from '@lumino/messaging';
@@ -12,26 +14,9 @@ import { Message } from '@lumino/messaging';
 import { IChart, IChosen, IFinding, INode, IRun, best, configValue, duration, hasConfig, number } from './model';
 import { el } from './dom';
 import { requestAPI } from './request';
+import { PALETTE, drawChart, drawLegend } from '../widgets/chart.js';
 
-const SVG = 'http://www.w3.org/2000/svg';
 const CHART_RUNS = 20; // runs the server's chart route overlays at most (_browse.CHART_RUNS)
-export const COLORS = [
-  'var(--jp-brand-color1)',
-  'var(--jp-warn-color1)',
-  'var(--jp-success-color1)',
-  'var(--jp-error-color1)',
-  'var(--jp-accent-color1)',
-  'var(--jp-brand-color3)',
-  'var(--jp-warn-color3)'
-];
-
-function svg(tag: string, attrs: Record<string, string | number>): SVGElement {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    node.setAttribute(k, String(v));
-  }
-  return node;
-}
 
 function base(c: IChosen): string {
   return `stores/${c.store.id}/runs/${c.row.run}`;
@@ -126,10 +111,6 @@ export class RunsPanel extends Widget {
 
   private drawCurves(data: IChart | string): void {
     this.drawn = data;
-    // drawn at the panel's own width, so the text keeps its size
-    const W = Math.max(320, Math.min(900, (this.node.clientWidth || 680) - 40));
-    const H = Math.round(Math.min(320, Math.max(220, W * 0.45)));
-    const M = { left: 56, right: 16, top: 12, bottom: 36 };
     this.curves.replaceChildren(el('h3', 'smz-h', `${this.curveName} by step`));
     if (typeof data === 'string') {
       this.curves.appendChild(el('p', 'smz-empty', `Could not read the curves: ${data}`));
@@ -142,60 +123,30 @@ export class RunsPanel extends Widget {
       return;
     }
     const title = this.curves.firstElementChild!;
-    title.textContent = `${this.curveName} by step${data.log ? ', on a log scale' : ''}`;
+    // x is what the server's chart says it is (its axis title: steps), drawn as given
+    title.textContent = `${this.curveName} by ${data.xlabel}${data.log ? ', on a log scale' : ''}`;
     if (this.chosen.length > data.series.length) {
       title.textContent += ` (the first ${data.series.length} of ${this.chosen.length} runs)`;
     }
-    const [x0, x1] = data.x;
-    const [y0, y1] = data.y;
-    const f = data.log ? Math.log10 : (v: number) => v; // y is in the axis's own space
-    const sx = (x: number) => M.left + ((x - x0) / (x1 - x0 || 1)) * (W - M.left - M.right);
-    const sy = (y: number) => H - M.bottom - ((f(y) - y0) / (y1 - y0 || 1)) * (H - M.top - M.bottom);
-    const chart = svg('svg', { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: 'smz-chart', role: 'img' });
+    // the legend says what each run gave: its points, min and max, or why it draws no line
+    const legend = el('div', 'smz-legend');
+    drawLegend(
+      legend,
+      data.series,
+      data.series.map((s, i) => {
+        const told = data.runs[i];
+        return told.missing
+          ? `${s.name}: ${told.missing}`
+          : `${s.name}: ${told.points} points, min ${number(told.min)}, max ${number(told.max)}`;
+      })
+    );
+    const host = el('div', 'smz-chart-host');
+    this.curves.append(legend, host);
+    // drawn at the host's own width (at most 900 px, chart.css), so the text keeps its size
+    const width = host.clientWidth || 680;
+    const chart = drawChart(host, data, { height: Math.round(Math.min(320, Math.max(220, width * 0.45))) });
+    chart.setAttribute('role', 'img');
     chart.setAttribute('aria-label', `${data.ylabel} of ${data.series.length} runs`);
-    chart.dataset.log = String(data.log);
-    chart.appendChild(svg('rect', { x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom, class: 'smz-plot' }));
-    for (const [y, label] of data.yticks) {
-      chart.appendChild(svg('line', { x1: M.left, x2: W - M.right, y1: sy(y), y2: sy(y), class: 'smz-grid' }));
-      const text = svg('text', { x: M.left - 6, y: sy(y) + 4, 'text-anchor': 'end', class: 'smz-tick', 'data-value': y });
-      text.textContent = label;
-      chart.appendChild(text);
-    }
-    // as many x labels as the width holds apart (Python gives them all; the widest sets the spacing)
-    const widest = Math.max(...data.xticks.map(([, s]) => s.length)) * 6.6 + 12;
-    const every = Math.max(1, Math.ceil((widest * data.xticks.length) / (W - M.left - M.right)));
-    data.xticks.forEach(([x, label], i) => {
-      if (i % every) {
-        return;
-      }
-      chart.appendChild(svg('line', { x1: sx(x), x2: sx(x), y1: H - M.bottom, y2: H - M.bottom + 4, class: 'smz-grid' }));
-      const text = svg('text', { x: sx(x), y: H - M.bottom + 16, 'text-anchor': 'middle', class: 'smz-tick', 'data-value': x });
-      text.textContent = label;
-      chart.appendChild(text);
-    });
-    const axis = svg('text', { x: (W + M.left) / 2, y: H - 4, 'text-anchor': 'middle', class: 'smz-axis' });
-    axis.textContent = data.xlabel;
-    chart.appendChild(axis);
-    const legend = el('ul', 'smz-legend');
-    data.series.forEach((s, i) => {
-      const color = COLORS[i % COLORS.length];
-      const told = data.runs[i];
-      if (s.points.length) {
-        const points = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
-        const line = svg('polyline', { points, class: 'smz-curve', 'data-run': s.name, 'data-points': s.points.length });
-        line.style.stroke = color;
-        chart.appendChild(line);
-      }
-      const item = el('li', 'smz-legend-item');
-      const swatch = el('span', 'smz-swatch');
-      swatch.style.background = color;
-      item.append(swatch, el('span', 'smz-legend-name', s.name));
-      item.title = told.missing
-        ? `${s.name}: ${told.missing}`
-        : `${s.name}: ${told.points} points, min ${number(told.min)}, max ${number(told.max)}`;
-      legend.appendChild(item);
-    });
-    this.curves.append(chart, legend);
   }
 
   private drawSpent(perRun: INode[][]): void {
@@ -216,7 +167,7 @@ export class RunsPanel extends Widget {
         const track = el('span', 'smz-bar-track');
         const bar = el('span', 'smz-bar');
         bar.style.width = `${(100 * n.total_us) / most}%`;
-        bar.style.background = COLORS[i % COLORS.length];
+        bar.style.background = PALETTE[i % PALETTE.length]; // the colour of its line
         track.appendChild(bar);
         const text = el('span', 'smz-bar-text', `${duration(n.total_us / 1e6)} · ${Math.round(100 * n.share)}%`);
         row.append(name, track, text);

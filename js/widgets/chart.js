@@ -1,22 +1,73 @@
-// The line chart every somatize panel draws (Live and progress): plain
-// ESM, no bundler. Python (somatize/record/_chart.py) decides the scale,
+// The one line chart somatize draws in a page: the notebook panels (Live and
+// progress) and the run browser's panel (js/sidebar/panel.ts) alike. Plain
+// ESM, no dependency. Python (somatize/record/_chart.py) decides the scale,
 // the ranges and every tick with its label, and sends them as data; this
-// code only places that data at the width the cell gives it, so the page
+// code only places that data at the width its host gives it, so the page
 // and the static picture agree by construction. Colours are the strings
-// Python sends: JupyterLab's theme variables with their fallbacks.
-// Joined in front of live.js and progress.js (somatize/_widgets/_views.py).
+// Python sends: JupyterLab's theme variables with their fallbacks; a series
+// sent without one takes PALETTE's by its place. Its look: chart.css.
+// The widgets get it joined in front of live.js and progress.js
+// (somatize/_widgets/_views.py); the run browser's TypeScript imports it
+// and its lab extension bundles it (tsconfig.json's allowJs).
+
+/**
+ * A line of a chart, as `_chart.chart` sends it.
+ * @typedef {object} Series
+ * @property {string} name
+ * @property {string} [color] empty or absent: PALETTE's colour at the series' place
+ * @property {[number, number][]} points [x, y], x ascending
+ * @property {[number, number, number][]} [band] [x, low, high]: a shaded band
+ * @property {[number, number][]} [raw] the unsmoothed values, drawn faded
+ * @property {boolean} [dots] a dot at each point
+ */
+
+/**
+ * A chart as `_chart.chart` decides it (the widgets' trait, the server's chart route).
+ * @typedef {object} Chart
+ * @property {boolean} log
+ * @property {string} xlabel
+ * @property {string} ylabel
+ * @property {[number, number]} x the x range, in x's own unit (a step, a second)
+ * @property {[number, number] | null} y the y range in the axis's space (log10 of values on a log axis)
+ * @property {[number, string][]} xticks
+ * @property {[number, string][]} yticks
+ * @property {Series[]} series
+ * @property {{x: number, label: string}[]} [marks]
+ * @property {number} [xdiv] x is divided by it for a label (a time in minutes, hours)
+ * @property {boolean} [xclock] x is a clock time (seconds since 1970)
+ */
+
+/**
+ * What a chart's host may ask of drawChart.
+ * @typedef {object} ChartOptions
+ * @property {number} [height] in px; 240 unless given
+ * @property {(range: [number, number] | null) => void} [onWindow] when given, the wheel zooms,
+ *   a drag selects a range of x, a double click shows all
+ */
+
+// The series colours, in order: somatize/_pictures/_svg.py's SERIES (a test holds them equal).
+export const PALETTE = ["var(--jp-brand-color1, #2563eb)", "var(--jp-warn-color1, #ea580c)",
+  "var(--jp-success-color1, #16a34a)", "var(--jp-accent-color1, #9333ea)", "var(--jp-info-color1, #0891b2)",
+  "var(--jp-error-color1, #be123c)", "var(--jp-warn-color2, #ca8a04)", "var(--jp-ui-font-color2, #4b5563)"];
+
+/** The colour series `i` of `series` is drawn in. @param {Series[]} series @param {number} i */
+export function colorOf(series, i) {
+  return series[i].color || PALETTE[i % PALETTE.length];
+}
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const CHAR_W = 6.6; // the widest a tick label's character is at 11px, to keep labels apart
 
+/** @param {string} tag @param {Record<string, string | number>} [attrs] @param {Element} [parent] */
 function svg(tag, attrs = {}, parent) {
   const node = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
   if (parent) parent.appendChild(node);
   return node;
 }
 
-function div(cls, parent, text) {
+/** @param {string} [cls] @param {Element} [parent] @param {string} [text] @returns {HTMLDivElement} */
+export function div(cls, parent, text) {
   const node = document.createElement("div");
   if (cls) node.className = cls;
   if (text !== undefined) node.textContent = text;
@@ -24,7 +75,8 @@ function div(cls, parent, text) {
   return node;
 }
 
-function button(parent, text, title, pressed) {
+/** @param {Element} parent @param {string} text @param {string} title @param {boolean} [pressed] */
+export function button(parent, text, title, pressed) {
   const node = document.createElement("button");
   node.className = "toggle";
   node.textContent = text;
@@ -34,7 +86,8 @@ function button(parent, text, title, pressed) {
   return node;
 }
 
-function label(x) {
+/** A number as a tick or a tooltip says it. @param {number | null | undefined} x */
+export function label(x) {
   if (x === null || x === undefined) return "—";
   const a = Math.abs(x);
   if (Number.isInteger(x) && a < 1e9) return x.toLocaleString("en-US");
@@ -53,15 +106,22 @@ function nearest(pts, x) {
   return Math.abs(pts[lo][0] - x) <= Math.abs(pts[hi][0] - x) ? pts[lo] : pts[hi];
 }
 
-// Draw `data` (_chart.chart's dict) into `host`. opts.onWindow([x0, x1] | null):
-// when given, the wheel zooms, a drag selects a range of x, a double click shows all.
-function drawChart(host, data, opts = {}) {
+/**
+ * Draw `data` into `host`, at the host's width; returns the chart's <svg class="somatize-chart">.
+ * @param {HTMLElement} host
+ * @param {Chart | null} data
+ * @param {ChartOptions} [opts]
+ * @returns {SVGSVGElement}
+ */
+export function drawChart(host, data, opts = {}) {
   host.textContent = "";
   const width = Math.max(280, host.clientWidth || 640);
   const height = opts.height || 240;
   const [left, right, top, bottom] = [64, 16, 10, 42];
   const w = width - left - right, h = height - top - bottom;
-  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "somatize-chart" }, host);
+  const root = /** @type {SVGSVGElement} */ (
+    svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "somatize-chart" }, host));
+  root.dataset.log = String(Boolean(data && data.log));
   if (!data || data.y === null) {
     svg("text", { x: left + w / 2, y: top + h / 2, class: "muted", "text-anchor": "middle" }, root).textContent =
       "no values yet";
@@ -99,31 +159,32 @@ function drawChart(host, data, opts = {}) {
   svg("rect", { x: left, y: top, width: w, height: h }, svg("clipPath", { id: clipId }, root));
   const plot = svg("g", { "clip-path": `url(#${clipId})` }, root);
   const shown = [];
-  for (const s of data.series) {
-    const band = s.band.filter((p) => p[0] >= x0 && p[0] <= x1);
+  data.series.forEach((s, i) => {
+    const color = colorOf(data.series, i);
+    const band = (s.band || []).filter((p) => p[0] >= x0 && p[0] <= x1);
     if (band.length > 1) {
       const upper = band.map((p) => `${px(p[0]).toFixed(1)},${py(p[2]).toFixed(1)}`);
       const lower = band.slice().reverse().map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`);
-      svg("polygon", { points: upper.concat(lower).join(" "), class: "band", style: `fill:${s.color}` }, plot);
+      svg("polygon", { points: upper.concat(lower).join(" "), class: "band", style: `fill:${color}` }, plot);
     }
     if (s.raw && s.raw.length) {
       svg("polyline", {
         points: s.raw.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
-        class: "raw", style: `stroke:${s.color}`,
+        class: "raw", style: `stroke:${color}`,
       }, plot);
     }
     const pts = s.points.filter((p) => p[0] >= x0 && p[0] <= x1);
-    if (!pts.length) continue;
-    shown.push({ s, pts });
+    if (!pts.length) return;
+    shown.push({ s, pts, color });
     svg("polyline", {
       points: pts.map((p) => `${px(p[0]).toFixed(1)},${py(p[1]).toFixed(1)}`).join(" "),
-      class: "curve", style: `stroke:${s.color}`, "data-points": pts.length, "data-name": s.name,
+      class: "curve", style: `stroke:${color}`, "data-points": pts.length, "data-name": s.name,
     }, plot);
     if (s.dots) {
-      for (const p of pts) svg("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, class: "dot", style: `fill:${s.color}` }, plot);
+      for (const p of pts) svg("circle", { cx: px(p[0]), cy: py(p[1]), r: 2.5, class: "dot", style: `fill:${color}` }, plot);
     }
-  }
-  for (const m of data.marks) {
+  });
+  for (const m of data.marks || []) {
     const X = px(m.x);
     svg("line", { x1: X, x2: X, y1: top, y2: top + h, class: "mark" }, root);
     // at the foot of the plot: a diverging line is high where it stops
@@ -132,7 +193,7 @@ function drawChart(host, data, opts = {}) {
 
   // Hover: a line at the nearest step and every series' value there, in one box.
   const cross = svg("line", { y1: top, y2: top + h, class: "cross", visibility: "hidden" }, root);
-  const dots = shown.map(({ s }) => svg("circle", { r: 3.5, style: `fill:${s.color}`, visibility: "hidden" }, root));
+  const dots = shown.map(({ color }) => svg("circle", { r: 3.5, style: `fill:${color}`, visibility: "hidden" }, root));
   const tip = svg("g", { class: "hover", visibility: "hidden" }, root);
   const tipBox = svg("rect", { rx: 3, class: "hover-box" }, tip);
   const tipText = svg("text", { class: "hover" }, tip);
@@ -202,21 +263,36 @@ function drawChart(host, data, opts = {}) {
   return root;
 }
 
-// One swatch and name a line, when there is more than one line.
-function drawLegend(legend, series) {
+/**
+ * One swatch and name a line into `legend`, when there is more than one line,
+ * or always when `titles` (each line's tooltip) are given.
+ * @param {HTMLElement} legend
+ * @param {Series[]} series
+ * @param {string[]} [titles]
+ */
+export function drawLegend(legend, series, titles) {
   legend.textContent = "";
-  legend.hidden = series.length < 2;
-  for (const line of series) {
+  legend.classList.add("somatize-legend");
+  legend.hidden = series.length < 2 && !titles;
+  series.forEach((line, i) => {
     const item = div("item", legend);
+    item.dataset.name = line.name;
+    if (titles) item.title = titles[i];
     const swatch = document.createElement("span");
     swatch.className = "swatch";
-    swatch.style.background = line.color;
-    item.append(swatch, document.createTextNode(line.name));
-  }
+    swatch.style.background = colorOf(series, i);
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = line.name;
+    item.append(swatch, name);
+  });
 }
 
-// Redraw `draw` when `el`'s width changes (only then, or drawing would feed the observer).
-function onResize(el, draw) {
+/**
+ * Call `draw` when `el`'s width changes (only then, or drawing would feed the observer).
+ * @param {HTMLElement} el @param {() => void} draw
+ */
+export function onResize(el, draw) {
   let seen = 0;
   const observer = new ResizeObserver(() => {
     if (el.clientWidth !== seen) { seen = el.clientWidth; draw(); }

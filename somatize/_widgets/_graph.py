@@ -243,7 +243,7 @@ def graph_bundle(g, include=None, exclude=None):
     try:
         from ._views import GraphView, view_bundle
 
-        bundle.update(view_bundle(GraphView(graph={**d, "title": title})))
+        bundle.update(view_bundle(GraphView(graph={**d, "title": title}), bundle["text/plain"]))
     except ImportError:  # no Jupyter widgets installed: the picture alone
         pass
     return bundle

@@ -397,7 +397,7 @@ class Live:
 
         view = self._ensure_view()
         self.send()
-        return {**view_bundle(view), "text/html": self.to_html(), "text/plain": repr(self)}
+        return {**view_bundle(view, repr(self)), "text/html": self.to_html()}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self._bundle()

@@ -318,7 +318,7 @@ class Progress:
         try:
             from ._views import view_bundle
 
-            bundle.update(view_bundle(self.widget()))
+            bundle.update(view_bundle(self.widget(), bundle["text/plain"]))
         except ImportError:
             pass
         return bundle

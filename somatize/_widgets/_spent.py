@@ -320,7 +320,7 @@ class Spent:
             return bundle
         view = SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph, narrow=True),
                                 "slowest": self.slowest})
-        bundle.update(view_bundle(view))
+        bundle.update(view_bundle(view, bundle["text/plain"]))
         return bundle
 
     def __repr__(self):
