@@ -2,6 +2,7 @@
 and resuming cuts back to the last completed flush without losing a whole block."""
 
 import os
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -11,6 +12,7 @@ from somatize import Recorder, Store
 from somatize._base.errors import DamagedError
 from somatize.record import _log, curve, facts, forwards, runs
 from somatize.record._check import check_run
+from somatize.record._runs import INDEX, LOG, SERIES
 
 
 def read_index(path):
@@ -386,3 +388,63 @@ def test_a_running_run_whose_log_is_ahead_of_its_summary_is_not_damage(store):
     with open(folder / "facts.log", "ab") as f:
         f.write(b"\0" * 100)  # bytes past the summary's count: a flush a kill interrupted
     assert runs(store).set_index("run").loc["r", "state"] == "finished"
+
+
+def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the_summary_once(store, monkeypatch):
+    """Durability, seen from the system calls: when a summary is renamed into
+    place, every file it counts (the log, the index, each series) was fsynced
+    at least as long as it says, and the folder of each file made since was
+    fsynced after the file was made. A close with facts pending writes the
+    summary once, with the run's state in it."""
+    real_open, real_fsync, real_replace = os.open, os.fsync, os.replace
+    synced = {}  # path -> size at its last fsync (files) or the call's number (folders)
+    made = {}  # path -> the call's number when it was made
+    renames = []
+    calls = [0]
+
+    def traced_open(path, flags, *a, **k):
+        new = bool(flags & os.O_CREAT) and not os.path.lexists(path)
+        fd = real_open(path, flags, *a, **k)
+        if new:
+            calls[0] += 1
+            made[os.path.realpath(path)] = calls[0]
+        return fd
+
+    def traced_fsync(fd):
+        real_fsync(fd)
+        calls[0] += 1
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        synced[path] = calls[0] if os.path.isdir(path) else os.fstat(fd).st_size
+
+    def traced_replace(src, dst, *a, **k):
+        if str(dst).endswith("summary.json"):
+            summary = orjson.loads(Path(src).read_bytes())
+            folder = os.path.realpath(os.path.dirname(dst))
+            counted = {LOG: summary["log_bytes"], INDEX: summary["index"][0]}
+            counted.update({str(_log.series_file(Path(SERIES), n)): s for n, (s, _) in summary["series"].items()})
+            for name, size in counted.items():
+                path = os.path.join(folder, name)
+                if size:
+                    assert synced.get(path, -1) >= size, (name, size, synced.get(path))
+                    if path in made:  # its name survives too: its folder synced after it was made
+                        assert synced.get(os.path.dirname(path), 0) > made[path], name
+            renames.append(summary["state"])
+        return real_replace(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "open", traced_open)
+    monkeypatch.setattr(os, "fsync", traced_fsync)
+    monkeypatch.setattr(os, "replace", traced_replace)
+    rec = Recorder(store, run="r", summarising=["loss"])
+    for i in range(120):
+        rec.forward_began()
+        rec({"fact": "ran", "node": "a", "began_us": 0, "took_us": i})
+        rec({"fact": "finished", "took_us": i})
+        rec({"fact": "loss", "value": 1 / (i + 1)})
+        rec({"fact": "grad_norm", "node": "a", "value": float(i)})
+        if i == 60:
+            rec.flush()
+            rec({"fact": "lr", "value": 0.1})  # a series that appears in a later flush
+    at_close = len(renames)
+    rec.close()
+    assert renames[at_close:] == ["finished"]  # one summary written by the close, with the state
+    assert len(curve(store, run="r", name="loss")) == 120 and len(curve(store, run="r", name="lr")) == 1

@@ -227,3 +227,58 @@ def test_the_backward_clocks_hooks_change_nothing_the_oracle_computes(shape):
     for node, named in trainer.export().items():
         for k, t in named.items():
             close(t, want[node][k], atol=0) if not shape else close(t, want[node][k])
+
+
+@pytest.mark.parametrize("read_every", [1, 32])
+def test_the_instruments_values_are_a_hand_written_loops_norms_and_shares(read_every):
+    """Each recorded update's numbers, read off the device in bulk and summed
+    node by node in Python (read_every=32) or read at once (read_every=1),
+    are the hand-written loop's: the L2 norm over each node's gradients,
+    weights and update (one vector of all its parameters, float64), the
+    share of its gradient entries and of its output's entries that are 0."""
+    g = built()
+    seen = []
+    trainer = Trainer(g, objective=MSE, optimizer=trained_optimizer("adam", g), watching=seen.append,
+                      read_every=read_every)
+    oracle_g = built()  # the same weights: the hand-written loop
+    body, head = oracle_g.node("body").net, oracle_g.node("head").out
+    nets = {"body": list(body.parameters()), "head": list(head.parameters())}
+    opt = trained_optimizer("adam", oracle_g)
+    want = []
+    for x, y in batches(3, n=64, seed=5):
+        with torch.no_grad():  # a dead unit (zeros in the gradients) and a dead output column
+            for net in (body, g.node("body").net):
+                net[0].bias[0] = -100.0
+                net[2].weight[0] = 0.0
+                net[2].bias[0] = 0.0
+        hidden = body(x)
+        out = head(hidden)
+        MSE(out, y).backward()
+        flat = {n: torch.cat([p.detach().reshape(-1).double() for p in ps]) for n, ps in nets.items()}
+        grads = {n: torch.cat([p.grad.reshape(-1).double() for p in ps]) for n, ps in nets.items()}
+        opt.step()
+        opt.zero_grad()
+        for name, output in (("body", hidden), ("head", out)):
+            moved = torch.cat([p.detach().reshape(-1).double() for p in nets[name]]) - flat[name]
+            want.append({"out_zeros": (output == 0).sum().item() / output.numel(),
+                         "grad_norm": grads[name].norm().item(), "weight_norm": flat[name].norm().item(),
+                         "update_norm": moved.norm().item(),
+                         "grad_zeros": (grads[name] == 0).sum().item() / grads[name].numel()})
+        trainer.step((x, y))
+    trainer.deliver()
+    got = [{} for _ in want]
+    k = {"body": 0, "head": 1}
+    steps = {"body": -1, "head": -1}
+    for f in seen:
+        if f["fact"] == "out_zeros":
+            steps[f["node"]] += 1
+        if f["fact"] in want[0]:
+            got[2 * steps[f["node"]] + k[f["node"]]][f["fact"]] = f["value"]
+    assert want[0]["out_zeros"] == 1 / 32 and want[0]["grad_zeros"] > 0  # the shares are not all 0
+    for g_, w in zip(got, want):
+        assert g_.keys() == w.keys()
+        for fact in w:
+            if fact.endswith("zeros"):
+                assert g_[fact] == pytest.approx(w[fact], rel=1e-12, abs=0), fact  # counts: exact, 1 - n/N
+            else:
+                assert g_[fact] == pytest.approx(w[fact], rel=1e-6), fact  # float32 norms, summed otherwise

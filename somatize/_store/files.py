@@ -43,6 +43,42 @@ def append_durably(fd, data):
     os.fsync(fd)
 
 
+SYNC_TOGETHER_AT = 4  # files; this many or more are fsynced together (sync_all)
+_syncers = None  # threads that fsync together, made on first use, forgotten in a forked child
+
+
+def sync_all(fds):
+    """fsync every one of ``fds`` and return once all are on disk (raising
+    the first failure, after all have finished). Several are fsynced at
+    once, from a few threads (fsync lets go of the GIL): concurrent fsyncs
+    share the file system's journal commits. Measured on a busy disk (other
+    processes writing), 21 small appends: one after the other 2-23 ms
+    median, 75-82 ms p90; together 2.7 ms median, 7-9 ms p90
+    (bench/RESULTS.md)."""
+    if len(fds) < SYNC_TOGETHER_AT:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    global _syncers
+    if _syncers is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _syncers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="somatize-fsync")
+    done = [_syncers.submit(os.fsync, fd) for fd in fds]
+    for f in done:
+        f.exception()  # waits: every fsync has finished before one failure is raised
+    for f in done:
+        f.result()
+
+
+def _forget_syncers():  # a forked child has none of its parent's threads
+    global _syncers
+    _syncers = None
+
+
+os.register_at_fork(after_in_child=_forget_syncers)
+
+
 def new_temp(folder, mode=0o644):
     """``(path, fd)`` of a fresh, exclusive temp file in ``folder``."""
     path = folder / f"{os.getpid()}-{secrets.token_hex(8)}"

@@ -32,7 +32,7 @@ import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
 from .._graph.watchers import Holders
-from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_dir
+from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_all, sync_dir, write_all
 from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary
@@ -152,6 +152,7 @@ class Recorder:
         self._error: BaseException | None = None
         self._closed = False
         self._fds: dict = {}
+        self._new_in: set = set()  # folders that gained a file in the commit under way
         self._lock_fd = None
         self._holders = Holders()  # producers that hold facts back (held_by)
         if resume:  # a notebook cell run again: take the run over from the old Recorder
@@ -210,16 +211,23 @@ class Recorder:
 
     def flush(self) -> None:
         """Write every fact handed over so far, durably, and return."""
+        self._flush()
+
+    def _flush(self, state=None) -> bool:
+        """``flush``; ``state`` (a function that marks the run's state in its
+        summary) is written with the commit's summary, so a close writes the
+        summary once. Returns whether it was (False: nothing to commit)."""
         if self._holders:
             self._holders()
         with self._flush_lock:
             self._raise_if_unusable(closed_ok=True)
             if os.getpid() != self._pid or self._closed:
-                return  # a forked child must not write its parent's run
+                return False  # a forked child must not write its parent's run
             pending = self._pending
             n = len(pending)
             if not n:
-                return
+                return False
+            marked = False
             try:
                 batch = _Batch()
                 # In chunks: one huge young list would be walked by every
@@ -227,12 +235,14 @@ class Recorder:
                 for start in range(0, n, CHUNK):
                     self._absorb(self._grouped(pending[start : min(start + CHUNK, n)]), batch)
                 if batch.count:
-                    self._commit(batch)
+                    self._commit(batch, state)
+                    marked = state is not None
             except BaseException as e:
                 self._fail(e)
                 self._raise_if_unusable()
             # Only this (locked) flush deletes; appends land after index n.
             del pending[:n]
+            return marked
 
     def close(self, state: str = "finished") -> None:
         """Flush, mark the run ``state`` (finished, or interrupted) and let it go."""
@@ -247,14 +257,17 @@ class Recorder:
         """Flush, mark the run ``state``, saying its ``cause`` when interrupted."""
         if self._closed:
             return
+
+        def mark():
+            self._summary["state"] = state
+            self._summary.pop("cause", None)
+            if cause is not None and state == "interrupted":
+                self._summary["cause"] = cause
+
         try:
-            if self._error is None:
-                self.flush()
+            if self._error is None and not self._flush(mark):  # written with the last facts, or alone
                 with self._flush_lock:
-                    self._summary["state"] = state
-                    self._summary.pop("cause", None)
-                    if cause is not None and state == "interrupted":
-                        self._summary["cause"] = cause
+                    mark()
                     self._write_summary()
         except BaseException as e:
             self._fail(e)
@@ -389,29 +402,43 @@ class Recorder:
         batch.last = groups[-1][0]
         batch.count += _summary.summarise(groups, self._summary, batch.points)
 
-    def _commit(self, batch):
+    def _commit(self, batch, state=None):
         """Log first, then series, index, summary: each file only ever holds
-        what the ones written before it hold."""
+        what the ones written before it hold. The series are written, then
+        synced together (``sync_all``); a folder that gained a file is synced
+        once, before the summary names it.
+        ``state``: the run's state, written with this commit's summary (a
+        close writes it once)."""
         summary = self._summary
         base = self._log_bytes
+        self._new_in = set()
         append_durably(self._fd(LOG), batch.data)
         series = summary["series"]
+        written = []
         for name, (forwards, values) in batch.points.items():
             data = _log.points_bytes(forwards, values)
-            append_durably(self._fd(_log.series_file(Path(SERIES), name)), data)
+            fd = self._fd(_log.series_file(Path(SERIES), name))
+            write_all(fd, [data])
+            written.append(fd)
             hasher = self._hashers.get(name)
             if hasher is None:
                 hasher = self._hashers[name] = xxhash.xxh3_64()
             hasher.update(data)
             series[name] = [series.get(name, (0, 0))[0] + len(data), hasher.intdigest()]
+        sync_all(written)
         index = _log.index_bytes(batch.rows, base)
         append_durably(self._fd(INDEX), index)
         self._hashers[INDEX].update(index)
         summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
+        for folder in self._new_in:  # the new files' names survive a power cut before the summary counts them
+            sync_dir(folder)
+        self._new_in = set()
         self._log_bytes = base + len(batch.data)
         summary["log_bytes"] = self._log_bytes
         summary["facts"] += batch.count
         summary["forwards"] = max(summary["forwards"], batch.last + 1)
+        if state is not None:
+            state()
         self._write_summary()
 
     def _write_summary(self):
@@ -442,8 +469,8 @@ class Recorder:
                 os.close(fd)
                 raise DamagedError(f"{full} is not a regular file; move it away")
             self._fds[path] = fd
-            if new:  # its name must survive a power cut as well as its bytes
-                sync_dir(full.parent)
+            if new:  # its name must survive a power cut as well as its bytes: synced before the summary
+                self._new_in.add(full.parent)
         return fd
 
     def _open(self, root, run, summarising, resume, config):

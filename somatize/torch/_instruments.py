@@ -27,10 +27,14 @@ in ``_graph/watchers.py``; each lands in the series ``<name>/<node>``):
   slope is under 2% of its peak: within 0.5% of its range from a bound).
 
 Their values are read off the device without a host sync of their own: each
-recorded step's numbers are computed as tensors and handed to ``settle``
-(the Trainer's), which reads them with the losses in its next bulk read and
-fills the facts in before any watcher sees them (with ``read_every=1``,
-at once).
+recorded step's numbers are 0-d tensors (each parameter's norms and nonzero
+count, each output's counts) handed to ``settle`` (the Trainer's), which
+reads them with the losses in its next bulk read; the sums node by node and
+the shares are then taken in Python, in float64, and filled into the facts
+before any watcher sees them (with ``read_every=1``, at once). A recorded
+update makes five calls into torch for all the parameters and one per
+parameter (its nonzero count), a recorded output one: nothing is stacked or
+summed on the device.
 
 Which updates: the first ``FIRST`` always (a run that blows up in its third
 step is diagnosed), then one in ``EVERY`` (the cost stays under 3% of a step;
@@ -40,10 +44,13 @@ count at its start is due, so its outputs and its update are measured together.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._base.values import Opaque
 from ._backward import BackwardClock
+from ._reading import values_of
 from ._weights import _node_params
 
 FIRST = 10  # updates recorded one by one at the start of a run
@@ -70,7 +77,9 @@ class Instruments:
 
     def __init__(self, g, optimizer, emit, settle=None):
         self.emit = emit
-        self.settle = settle or _settle_now  # settle(tensor, facts): its values into the facts' "value"
+        # settle(tensors, facts, finish): the 0-d tensors' values, read off the device, through
+        # finish (a list of floats into one per fact) into the facts' "value"
+        self.settle = settle or _settle_now
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.nodes, self.params, self.missing = [], [], []
         seen = set()
@@ -87,9 +96,8 @@ class Instruments:
             if loose:
                 self.missing.append((node.name, loose))
         self.sizes = [p.numel() for p in self.params]
-        self.one_dtype = len({p.dtype for p in self.params}) <= 1
         self.clock = BackwardClock(emit)
-        self._node_of = self._node_size = None  # each parameter's node index, each node's size (on the device)
+        self._sums = _NodeSums(self.nodes, self.sizes)
         self.started = False
         self._before = None
         self._grads = None
@@ -117,11 +125,10 @@ class Instruments:
                 mid, half = (lo + hi) / 2, (hi - lo) / 2
                 counts.append(torch.count_nonzero((t - mid).abs_() >= half * (1 - 2 * NEAR)))
                 facts.append({"fact": "out_saturated", "node": name})
-            shares = torch.stack(counts).double() / n
-            shares[0] = 1.0 - shares[0]
-            self.settle(shares, facts)
-            for fact in facts:
-                self.emit(fact)
+        # shares of n, in float64 (Python's float is one): out_zeros is what count_nonzero left out
+        self.settle(counts, facts, _Shares(n))
+        for fact in facts:
+            self.emit(fact)
 
     def before_update(self):
         """Gradients and weights, read before the optimizer moves anything."""
@@ -129,7 +136,7 @@ class Instruments:
             return
         with torch.no_grad():
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-            self._before = [p.clone() for p in self.params]
+            self._before = [p.clone() for p in self.params]  # (on the CPU, cheaper than a _foreach_ call)
             self._grads = (
                 torch._foreach_norm(grads),
                 torch._foreach_norm(self._before),
@@ -141,34 +148,62 @@ class Instruments:
         if self._grads is None:
             return
         with torch.no_grad():
-            moved = torch._foreach_norm(torch._foreach_sub(self.params, self._before))
-            gn, wn, nz = self._grads
-            norms = [*gn, *wn, *moved]
-            if not self.one_dtype:  # torch.stack takes one dtype; converting each costs ~4 µs a tensor
-                norms = [t.double() for t in norms]
-            k = len(self.params)
-            # per parameter: 3 norms squared and its nonzero count, summed node by node (float64)
-            per = torch.cat([torch.stack(norms).double().square(), torch.stack(nz).double()]).view(4, k)
-            if self._node_of is None or self._node_of.device != per.device:
-                self._node_of = torch.tensor([i for i, (_, a, b) in enumerate(self.nodes) for _ in range(a, b)],
-                                             device=per.device)
-                self._node_size = torch.tensor([float(sum(self.sizes[a:b])) for _, a, b in self.nodes],
-                                               dtype=torch.float64, device=per.device)
-            summed = torch.zeros(4, len(self.nodes), dtype=torch.float64, device=per.device)
-            summed.index_add_(1, self._node_of, per)
-            summed[:3].sqrt_()
-            summed[3] = 1.0 - summed[3] / self._node_size
+            torch._foreach_sub_(self._before, self.params)  # the copy becomes minus the update: same norm
+            moved = torch._foreach_norm(self._before)
+        gn, wn, nz = self._grads
         self._before = self._grads = None
-        facts = [{"fact": kind, "node": name} for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")
-                 for name, _, _ in self.nodes]
-        self.settle(summed, facts)
+        facts = [{"fact": kind, "node": name} for name, _, _ in self.nodes
+                 for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
+        # Each parameter's three norms and nonzero count, summed node by node when read (_NodeSums):
+        # no arithmetic on the device, so a recorded update adds four calls into torch, not twenty.
+        self.settle([*gn, *wn, *moved, *nz], facts, self._sums)
         emit = self.emit
-        for name_index in range(len(self.nodes)):  # node by node, as a reader expects them
-            for kind in range(4):
-                emit(facts[kind * len(self.nodes) + name_index])
+        for fact in facts:  # node by node, as a reader expects them
+            emit(fact)
 
 
-def _settle_now(values, facts):
-    """Read ``values`` now (a host sync) into the facts."""
-    for fact, v in zip(facts, values.reshape(-1).tolist()):
+class _Shares:
+    """An output's counts read off the device into shares of its ``n`` entries:
+    the zeros (what ``count_nonzero`` did not count), then the saturated."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, counts):
+        n = self.n
+        return [1.0 - counts[0] / n, *(c / n for c in counts[1:])]
+
+
+class _NodeSums:
+    """An update's per-parameter numbers, read off the device (``k``
+    gradient norms, ``k`` weight norms, ``k`` update norms, ``k`` nonzero
+    counts), into each node's four facts: the L2 norm over the node's
+    parameters (the square root of the sum of their norms squared, in
+    float64, in the parameters' order) and the share of its gradient
+    entries that are 0."""
+
+    __slots__ = ("nodes", "sizes", "k")
+
+    def __init__(self, nodes, sizes):
+        self.nodes, self.k = nodes, len(sizes)
+        self.sizes = [float(sum(sizes[a:b])) for _, a, b in nodes]
+
+    def __call__(self, v):
+        k = self.k
+        out = []
+        for (_, a, b), size in zip(self.nodes, self.sizes):
+            for part in (0, k, 2 * k):
+                total = 0.0
+                for x in v[part + a:part + b]:
+                    total += x * x
+                out.append(math.sqrt(total))
+            out.append(1.0 - sum(v[3 * k + a:3 * k + b]) / size)
+        return out
+
+
+def _settle_now(tensors, facts, finish):
+    """Read ``tensors`` (0-d) now, in one host sync, into the facts."""
+    for fact, v in zip(facts, finish(values_of(tensors))):
         fact["value"] = v

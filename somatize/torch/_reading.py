@@ -5,9 +5,10 @@ The rule kept here: the record is the same as if every fact had been handed
 over as it happened. A step keeps its loss as a 0-d tensor and holds its
 facts, and the engine's, back in one list (``_graph.watchers.held``: a
 forward's beginning as ``None``); the instruments hand their numbers over as
-tensors with the facts they fill (``owe``). ``read`` then reads them all in
-one ``torch.cat(...).tolist()`` (one host sync), writes each value into its
-fact, and hands every fact held to the watchers in order
+0-d tensors with the facts they fill (``owe``). ``read`` then reads them all
+in one ``.tolist()`` (one host sync; a handful of calls into torch however
+many numbers are owed), writes each value into its fact, and hands every
+fact held to the watchers in order
 (``Watchers.replay``; a Recorder takes them in one ``list.extend``).
 
 When the Trainer reads: every ``read_every`` steps (32), at most
@@ -31,7 +32,7 @@ READ_EVERY, READ_AT_MOST_NS = 32, 250_000_000
 class Reading:
     """What a Trainer holds until it reads: the losses not read yet (0-d
     tensors, of consecutive steps), their loss facts, the instruments'
-    numbers owed (a tensor and the facts it fills), and the facts held back
+    numbers owed (0-d tensors, the facts they fill and how), and the facts held back
     from the watchers. ``last``: the last loss read (a float)."""
 
     __slots__ = ("held", "losses", "loss_facts", "owed", "last")
@@ -43,9 +44,11 @@ class Reading:
         self.owed = []
         self.last = None
 
-    def owe(self, values, facts):
-        """``values`` (a tensor) fills the facts' ``value``, in order, on the next read."""
-        self.owed.append((values, facts))
+    def owe(self, tensors, facts, finish):
+        """``tensors`` (0-d, on the device) fill the facts' ``value`` on the
+        next read: ``finish`` turns the list of their values (floats, in
+        order) into one value per fact."""
+        self.owed.append((tensors, facts, finish))
 
     def read(self, watchers, last_step):
         """Read everything held off the device in one go and hand the facts
@@ -55,15 +58,13 @@ class Reading:
         losses, owed = self.losses, self.owed
         values = None
         if owed:
-            parts = [t.reshape(-1).double() for t, _ in owed]
-            if losses:
-                parts.append(torch.stack(losses).double())
-            flat = torch.cat(parts).tolist()  # the one host sync
+            tensors = [t for ts, _, _ in owed for t in ts]
+            flat = values_of(tensors + losses)  # the one host sync
             at = 0
-            for _, facts in owed:
-                for fact in facts:
-                    fact["value"] = flat[at]
-                    at += 1
+            for ts, facts, finish in owed:
+                for fact, v in zip(facts, finish(flat[at:at + len(ts)])):
+                    fact["value"] = v
+                at += len(ts)
             owed.clear()
             values = flat[at:]
         elif losses:
@@ -93,3 +94,26 @@ class Reading:
             items.clear()
             watchers.replay(taken)
         return bad
+
+
+def values_of(tensors):
+    """The values of 0-d tensors as floats, in order, in one host sync: the
+    floating ones stacked (torch promotes among them exactly), the integer
+    ones (counts) apart, both as float64, so no count past 2**24 is rounded
+    to a float32."""
+    ints = [i for i, t in enumerate(tensors) if not t.is_floating_point()]
+    try:
+        if not ints:
+            return torch.stack(tensors).double().tolist()
+        taken = set(ints)
+        floats = [i for i in range(len(tensors)) if i not in taken]
+        parts = [torch.stack([tensors[i] for i in ints]).double()]
+        if floats:
+            parts.insert(0, torch.stack([tensors[i] for i in floats]).double())
+        got = torch.cat(parts).tolist()
+    except RuntimeError:  # on several devices
+        return [float(t.item()) for t in tensors]
+    out = [0.0] * len(tensors)
+    for i, v in zip(floats + ints, got):
+        out[i] = v
+    return out
