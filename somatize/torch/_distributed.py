@@ -71,6 +71,8 @@ class Ranks:
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self.src = 0 if group is None else dist.get_global_rank(group, 0)  # rank 0 of the group, globally
+        nccl = dist.get_backend(group) == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None  # where collectives run
 
     def broadcast(self, tensors, what):
         """Rank 0's values of ``tensors`` put on every rank, in place."""
@@ -148,9 +150,10 @@ class Ranks:
 
     def gather(self, tensor, what):
         """``tensor`` (same shape and dtype on every rank) from every rank, in rank order."""
-        out = [torch.empty_like(tensor) for _ in range(self.size)]
-        self._collective(what, lambda: self.dist.all_gather(out, tensor.contiguous(), group=self.group))
-        return out
+        sent = tensor.contiguous() if self.device is None else tensor.to(self.device)
+        out = [torch.empty_like(sent) for _ in range(self.size)]
+        self._collective(what, lambda: self.dist.all_gather(out, sent, group=self.group))
+        return out if self.device is None else [t.to(tensor.device) for t in out]
 
     def _extras(self, flags, examples, loss, n, busy_us, dtype, device):
         clocks = [0.0] * self.size

@@ -149,7 +149,7 @@ def _wait(children, timeout_s):
     """Each rank's (rank, how it ended, its message), once all have ended or
     been killed ``timeout_s + GRACE_S`` after the first ended badly."""
     sel = selectors.DefaultSelector()
-    got, ended = {}, {}
+    got, ended, order = {}, {}, []  # order: the ranks' pids as they ended
     for pid, (_, read) in children.items():
         sel.register(read, selectors.EVENT_READ, ("pipe", pid))
         sel.register(os.pidfd_open(pid), selectors.EVENT_READ, ("pid", pid))
@@ -178,6 +178,7 @@ def _wait(children, timeout_s):
                 os.close(key.fd)
                 _, status = os.waitpid(pid, 0)
                 ended[pid] = status
+                order.append(pid)
                 if status != 0 and deadline is None:
                     deadline = time.monotonic() + timeout_s + GRACE_S
         for key in list(sel.get_map().values()):  # what the pipes still hold
@@ -203,14 +204,16 @@ def _wait(children, timeout_s):
             message = orjson.loads(got[pid]) if got[pid] else None
         except orjson.JSONDecodeError:
             message = None
-        out.append((rank, pid, ended[pid], message))
+        out.append((rank, pid, ended[pid], message, order.index(pid)))
     return sorted(out)
 
 
 def _outcome(ranks, nprocs):
-    lost = [(rank, pid, status) for rank, pid, status, message in ranks
+    lost = [(rank, pid, status) for rank, pid, status, message, _ in ranks
             if os.WIFSIGNALED(status) or message is None or (status != 0 and "error" not in message)]
-    raised = [(rank, message) for rank, _, status, message in ranks if message and "error" in message]
+    # the rank that raised first is the cause; the others' collectives then failed (RankLost, or torch's error)
+    raised = [(rank, message) for rank, _, _, message, _ in sorted(ranks, key=lambda r: r[4])
+              if message and "error" in message]
     if lost:
         rank, pid, status = lost[0]
         how = (f"was killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
@@ -223,7 +226,6 @@ def _outcome(ranks, nprocs):
     first = next(((r, m) for r, m in raised if m["type"] != "RankLost"), raised[0] if raised else None)
     if first is not None:
         rank, message = first
-        error = RankLost if message["type"] == "RankLost" else LaunchError
         text = f"rank {rank} of {nprocs} raised {message['type']}:\n{message['error']}"
-        raise error(text, rank=rank) if error is LaunchError else error(text, rank=rank)
-    return next(m for r, _, _, m in ranks if r == 0).get("value")
+        raise (RankLost if message["type"] == "RankLost" else LaunchError)(text, rank=rank)
+    return next(m for r, _, _, m, _ in ranks if r == 0).get("value")

@@ -630,7 +630,9 @@ class Trainer:
         forwards it holds, flushed first, so the record holds what the
         checkpoint has done). The losses are read first (``deliver``).
         Tensors go through the tensor codec; nothing is pickled. Returns the
-        digest."""
+        digest. Data parallel: every rank calls it (a collective), rank 0
+        writes one checkpoint holding each rank's own streams and open
+        gradients and returns the digest; the other ranks return None."""
         store, name = self._where(store, name)
         self._read()
         fit = None
@@ -652,6 +654,12 @@ class Trainer:
             "also": [_kept.state_of(obj) for obj in self._also],
             "watchers": [w.checkpoint() for w in self._resumable],
         }
+        ranks = self._ranks
+        if ranks is not None:  # one checkpoint for the job, written by rank 0 (_checkpoint.py)
+            fit_rng = None if self._fit_at is None else self._fit_at[2]
+            value["ranks"] = _kept.per_rank(ranks, self._params, fit_rng)
+            if ranks.rank != 0:
+                return None
         return store.keep(name, value)
 
     def resume(self, store=None, name=None):
@@ -666,6 +674,11 @@ class Trainer:
             return False
         value = _kept.checked(store.recall(name), name, store, self._params, self.schedule, self.scaler,
                               self._also, self._resumable)
+        mine = _kept.own_part(value, self._ranks, name)
+        if mine is not None:  # this rank's own streams and gradients
+            value["rng"], value["grads"] = mine["rng"], mine["grads"]
+            if value["fit"] is not None and mine["fit"] is not None:
+                value["fit"]["rng"], value["fit"]["generator"] = mine["fit"]
         load(self.g, value["weights"])
         _kept.load_optimizer(self.optimizer, value["optimizer"], name)
         _kept.put_grads(self._params, value["grads"])

@@ -1,0 +1,87 @@
+"""What the ranks of the data-parallel tests run (tests/test_ddp.py): each
+rank trains on its share of every batch, and rank 0 returns plain data
+(launch sends it back as JSON)."""
+
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+from somatize import Recorder
+from somatize.torch import Trainer, parameters
+
+from torch_models import Body, batches, built
+
+MSE = torch.nn.functional.mse_loss
+STEPS, BATCH = 6, 12
+
+
+def flat(g):
+    return torch.cat([p.detach().reshape(-1) for p in parameters(g)])
+
+
+def schedule_of(opt, scheduled):
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7) if scheduled else None
+
+
+def shares(every, micro, clip, scheduled):
+    """Train on this rank's 1/N of every batch; after every update, whether
+    the weights are bitwise the same on every rank. Returns (rank 0's)
+    weights, the losses each step said, and that check."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=100 + rank, dtype=torch.float64)  # each rank built its own: the Trainer broadcasts rank 0's
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    t = Trainer(g, MSE, opt, every=every, micro=micro, clip=clip, schedule=schedule_of(opt, scheduled))
+    same, losses = [], []
+    for x, y in batches(STEPS, n=BATCH, dtype=torch.float64):
+        before = t.updates
+        losses.append(float(t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))))
+        if t.updates != before:
+            mine = flat(g)
+            same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    if t.close_group():
+        mine = flat(g)
+        same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    return {"weights": flat(g).tolist(), "losses": losses, "same": same, "updates": t.updates}
+
+
+def _gathered(t, size):
+    out = [torch.empty_like(t) for _ in range(size)]
+    dist.all_gather(out, t)
+    return out
+
+
+def resumed(store, die_at=None, die_rank=0):
+    """Dropout (each rank's own random stream), every=2, a checkpoint every
+    3 steps (one mid-group), a Recorder on every rank (rank 0's writes);
+    rank ``die_rank`` SIGKILLs itself as step ``die_at`` begins."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(7 + rank)
+    g = built(seed=0, dtype=torch.float64)
+    torch.manual_seed(0)
+    g.node("body").net = Body(dropout=0.3).net.to(torch.float64)
+    torch.manual_seed(50 + rank)
+    opt = torch.optim.SGD(parameters(g), lr=1e-2, momentum=0.9)
+    rec = Recorder(store, run="ddp", resume=True)
+    t = Trainer(g, MSE, opt, every=2, watching=rec, store=store, checkpoint="ddp/checkpoint", checkpoint_every=3)
+    data = batches(12, n=BATCH, dtype=torch.float64)
+    for i in range(t.steps, len(data)):
+        if i == die_at and rank == die_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = data[i]
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    t.close_group()
+    rec.close()
+    return {"weights": flat(g).tolist(), "recording": rec.recording}
+
+
+def raises_on(rank_that_raises):
+    if dist.get_rank() == rank_that_raises:
+        raise ValueError("a bad batch on this rank")
+    dist.barrier()
+    return "unreachable"
+
+
+def returns_tensor():
+    return torch.zeros(2)

@@ -1,0 +1,99 @@
+"""Data parallel on real gloo ranks (real forked processes, each process
+group with a timeout): N ranks each given 1/N of every batch equal one
+process given the whole batch, which a hand-written torch loop (the oracle)
+trains; weights bitwise equal across ranks after every update; a job killed
+and relaunched equals one never stopped; a rank lost is named."""
+
+import copy
+
+import pytest
+import torch
+
+import somatize
+from somatize import Store
+from somatize.record import runs
+from somatize.torch import launch
+
+import ddp_tasks
+from torch_models import batches, built
+
+TIMEOUT_S = 30
+
+
+def oracle(every, clip, scheduled):
+    """A plain torch loop: one update per group of `every` whole batches, on their concatenation."""
+    g = built(seed=100, dtype=torch.float64)
+    net = torch.nn.Sequential(copy.deepcopy(g.node("body").net), copy.deepcopy(g.node("head").out))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    sched = ddp_tasks.schedule_of(opt, scheduled)
+    data = batches(ddp_tasks.STEPS, n=ddp_tasks.BATCH, dtype=torch.float64)
+    losses = []
+    for at in range(0, len(data), every):
+        group = data[at:at + every]
+        with torch.no_grad():
+            losses += [float(ddp_tasks.MSE(net(x), y)) for x, y in group]
+        x, y = torch.cat([b[0] for b in group]), torch.cat([b[1] for b in group])
+        ddp_tasks.MSE(net(x), y).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(net.parameters()), clip)
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()]), losses
+
+
+CASES = {"plain": (1, 1, None, False), "every=3": (3, 1, None, False), "micro=2": (1, 2, None, False),
+         "every=2,micro=2": (2, 2, None, False), "clip": (1, 1, 0.05, False), "schedule": (2, 1, None, True)}
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("case", list(CASES))
+def test_ranks_given_shares_of_each_batch_train_as_one_process_on_the_whole_batch(case, nprocs):
+    every, micro, clip, scheduled = CASES[case]
+    got = launch(ddp_tasks.shares, every, micro, clip, scheduled, nprocs=nprocs, timeout_s=TIMEOUT_S)
+    want, losses = oracle(every, clip, scheduled)
+    assert got["updates"] == -(-ddp_tasks.STEPS // every)
+    assert got["same"] == [True] * got["updates"]  # bitwise, after every update
+    assert (torch.tensor(got["weights"], dtype=torch.float64) - want).abs().max().item() <= 1e-9
+    # the loss each step says is the mean over every rank's examples, not rank 0's
+    assert max(abs(a - b) for a, b in zip(got["losses"], losses)) <= 1e-9
+
+
+def test_a_job_killed_and_relaunched_on_as_many_ranks_equals_one_never_stopped(tmp_path):
+    whole = launch(ddp_tasks.resumed, str(tmp_path / "whole"), nprocs=2, timeout_s=TIMEOUT_S)
+    store = str(tmp_path / "killed")
+    with pytest.raises(somatize.RankLost) as lost:
+        launch(ddp_tasks.resumed, store, 8, nprocs=2, timeout_s=TIMEOUT_S)
+    assert lost.value.lost == 0 and "rank 0 of 2" in str(lost.value) and "SIGKILL" in str(lost.value)
+    again = launch(ddp_tasks.resumed, store, nprocs=2, timeout_s=TIMEOUT_S)
+    assert again["recording"] is True
+    diff = torch.tensor(again["weights"], dtype=torch.float64) - torch.tensor(whole["weights"], dtype=torch.float64)
+    assert diff.abs().max().item() <= 1e-12
+    table = runs(store)
+    assert list(table["run"]) == ["ddp"] and table.loc[0, "state"] == "finished"
+    assert table.loc[0, "forwards"] == 12  # one run, every step once, whatever rank 1 did
+    assert Store(store).check() == []
+
+
+def test_a_rank_killed_mid_run_is_named_and_the_run_lists_interrupted(tmp_path):
+    store = str(tmp_path / "s")
+    with pytest.raises(somatize.RankLost) as lost:
+        launch(ddp_tasks.resumed, store, 5, 1, nprocs=3, timeout_s=TIMEOUT_S)
+    assert lost.value.lost == 1
+    assert "rank 1 of 3" in str(lost.value) and "SIGKILL" in str(lost.value)
+    assert "rank 0: RankLost" in str(lost.value)  # the others stopped with the clear error, not a hang
+    table = runs(store)
+    assert list(table["run"]) == ["ddp"] and table.loc[0, "state"] == "interrupted"
+    assert Store(store).check() == []
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback():
+    with pytest.raises(somatize.LaunchError) as e:
+        launch(ddp_tasks.raises_on, 1, nprocs=2, timeout_s=TIMEOUT_S)
+    assert e.value.rank == 1 and "ValueError: a bad batch on this rank" in str(e.value)
+
+
+def test_rank_0_returning_what_json_cannot_carry_is_refused_naming_the_fix():
+    with pytest.raises(somatize.LaunchError, match=r"returned a Tensor.*t\.tolist\(\)"):
+        launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=TIMEOUT_S)
