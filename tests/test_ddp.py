@@ -97,3 +97,37 @@ def test_a_rank_that_raises_is_named_with_its_traceback():
 def test_rank_0_returning_what_json_cannot_carry_is_refused_naming_the_fix():
     with pytest.raises(somatize.LaunchError, match=r"returned a Tensor.*t\.tolist\(\)"):
         launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=TIMEOUT_S)
+
+
+def test_a_script_under_torchrun_trains_unchanged_and_records_one_run_with_each_ranks_time(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(here), here]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                           os.path.join(here, "ddp_script.py"), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rank 0: recording=True" in done.stdout and "rank 1: recording=False" in done.stdout
+    table = runs(str(tmp_path))
+    assert list(table["run"]) == ["torchrun"] and table.loc[0, "state"] == "finished"
+    assert table.loc[0, "forwards"] == 8
+    from somatize.record import curve
+
+    assert list(curve(str(tmp_path), run="torchrun", name="ranks")) == [2]
+    for rank in (0, 1):  # each rank's own time, said on the steps that say their clocks (the first 10 here)
+        assert len(curve(str(tmp_path), run="torchrun", name=f"rank_us/rank{rank}")) == 8
+
+
+def test_a_recorder_made_on_another_rank_than_0_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    rec = somatize.Recorder(str(tmp_path), run="r")
+    assert isinstance(rec, somatize.Recorder) and rec.recording is False
+    rec({"fact": "loss", "value": 1.0})
+    rec.close()
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setenv("RANK", "0")
+    with somatize.Recorder(str(tmp_path), run="r") as rec:
+        assert rec.recording is True
