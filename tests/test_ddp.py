@@ -131,3 +131,25 @@ def test_a_recorder_made_on_another_rank_than_0_writes_nothing(tmp_path, monkeyp
     monkeypatch.setenv("RANK", "0")
     with somatize.Recorder(str(tmp_path), run="r") as rec:
         assert rec.recording is True
+
+
+def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_path):
+    from somatize.record import spent
+
+    store = Store(tmp_path / "s")
+    mean = {0: 1000, 1: 1300, 2: 1100}  # each rank's own µs a step, chosen (no clock)
+    with somatize.Recorder(store, run="r") as rec:
+        rec({"fact": "ranks", "value": 3})
+        for i in range(5):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
+            rec({"fact": "finished", "took_us": 12})
+            rec({"fact": "loss", "value": 1.0})
+            for rank, us in mean.items():
+                rec({"fact": "rank_us", "rank": rank, "value": 99_999 if i == 0 else us})  # step 0: warm-up
+    s = spent(store, run="r")
+    assert [(r["rank"], r["mean_us"], r["steps"]) for r in s.ranks] == [(0, 1000, 4), (1, 1300, 4), (2, 1100, 4)]
+    assert s.straggler["rank"] == 1 and s.straggler["fastest"] == 0 and s.straggler["over_us"] == 300
+    said = "rank 1 is the straggler: its steps take 1.3 ms, 300 µs (30%) more than rank 0's"
+    assert said in repr(s)
+    assert "rank 1 is the straggler" in s.to_html()
