@@ -283,7 +283,8 @@ def spent_inner(d, graph=None, narrow=False):
                              f"({r['steps']:,} steps measured)", "parts": None}
                      for r in d["ranks"]]
         label = straggler_text(d) or "one rank"
-        parts.append(_h("Each rank's own work a step, before it waits for the others (the straggler in orange)"))
+        parts.append(_h("Each rank's own work a step, before it waits for the others"
+                        + (f": {straggler_text(d)}" if d["straggler"] else "")))
         parts.append(_both(_svg.bars_svg(rank_bars, title="ranks", unit_label=label),
                            narrow and _svg.bars_svg_narrow(rank_bars, title="ranks", unit_label=label)))
     t = d["timeline"]
