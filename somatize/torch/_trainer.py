@@ -153,6 +153,19 @@ class Trainer:
     retried after its process died goes on as if never stopped.
     ``checkpoint_also=[...]``: more objects whose state goes with it (any
     with ``state_dict``/``load_state_dict``, or a ``torch.Generator``).
+
+    Data parallel (``_distributed``): once ``torch.distributed`` is
+    initialised (torchrun, or ``somatize.torch.launch`` from a notebook), or
+    given ``group=`` a process group, the Trainer trains one model across the
+    ranks: rank 0's weights broadcast as it is made, each rank given its own
+    share of every batch, the gradients all-reduced once per update (never
+    per step or piece) and averaged over every rank's examples, so the
+    weights are the same on every rank after every update. The loss said is
+    the mean over every rank's examples (``ranks`` says over how many);
+    only rank 0's ``watching=`` hears the job, with each rank's own time a
+    step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
+    by rank 0 with each rank's own random streams, resumed on as many ranks.
+    ``group=False`` trains in this process alone.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
@@ -579,6 +592,9 @@ class Trainer:
         now = None if at is None else _rng_of(generator)  # the RNG as the checkpoint left it
         if drawn is not None:
             _put_rng(drawn, generator)  # the order this epoch drew
+        sampler = getattr(batches, "sampler", None)
+        if callable(getattr(sampler, "set_epoch", None)):  # a DistributedSampler draws each epoch's order anew
+            sampler.set_epoch(epoch)
         self._fit_at = [epoch, skip, _rng_of(generator)]
         if loader is not None:  # a loader that keeps its own place (torchdata's StatefulDataLoader)
             batches.load_state_dict(loader)
