@@ -85,3 +85,47 @@ def raises_on(rank_that_raises):
 
 def returns_tensor():
     return torch.zeros(2)
+
+
+def fitted(store, die_at=None, die_rank=1):
+    """fit over a DataLoader with a shuffled DistributedSampler, dropout,
+    2 epochs, an evaluation after each on a held-out DistributedSampler
+    share, a checkpoint every 3 steps; rank ``die_rank`` SIGKILLs itself in
+    its objective's call ``die_at``. Rank 0 returns its weights, the
+    evaluations said, and the held-out loss a hand-written loop measures on
+    the whole held-out set with the final weights."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    rank = dist.get_rank()
+    torch.manual_seed(3 + rank)
+    g = built(seed=0, dtype=torch.float64)
+    torch.manual_seed(0)
+    g.node("body").net = Body(dropout=0.2).net.to(torch.float64)
+    torch.manual_seed(30 + rank)
+    data = batches(6, n=12, dtype=torch.float64)
+    x, y = torch.cat([b[0] for b in data]), torch.cat([b[1] for b in data])
+    train, held = TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])
+    loader = DataLoader(train, batch_size=6, sampler=DistributedSampler(train, shuffle=True, seed=5))
+    held_out = DataLoader(held, batch_size=4, sampler=DistributedSampler(held, shuffle=False))
+    calls = [0]
+
+    def objective(out, target):
+        calls[0] += 1
+        if calls[0] == die_at and rank == die_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return MSE(out, target)
+
+    said = []
+    rec = Recorder(store, run="fit", resume=True)
+    t = Trainer(g, objective, torch.optim.Adam(parameters(g), lr=1e-2), every=2, store=store,
+                checkpoint="fit/checkpoint", checkpoint_every=3, watching=[rec])
+    t.fit(loader, epochs=2, progress=False, evaluate=held_out)
+    rec.close()
+    from somatize.record import curve
+
+    if rank == 0:
+        said = [float(v) for v in curve(store, run="fit", name="val_loss")]
+    net = torch.nn.Sequential(g.node("body").net, g.node("head").out).eval()
+    with torch.no_grad():
+        whole = float(MSE(net(held.tensors[0]), held.tensors[1]))
+    return {"weights": flat(g).tolist(), "val_loss": said, "whole": whole, "steps": t.steps}

@@ -148,6 +148,12 @@ class Ranks:
         self._collective("the loss's all-reduce", lambda: self.dist.all_reduce(extras, group=self.group))
         return self._loss_and_clocks(extras[1:], extras[1:].tolist(), loss)
 
+    def summed(self, values, what):
+        """Floats summed over every rank (float64)."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self._collective(what, lambda: self.dist.all_reduce(t, group=self.group))
+        return t.tolist()
+
     def gather(self, tensor, what):
         """``tensor`` (same shape and dtype on every rank) from every rank, in rank order."""
         sent = tensor.contiguous() if self.device is None else tensor.to(self.device)

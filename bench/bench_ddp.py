@@ -1,0 +1,115 @@
+"""Data parallel on this machine: the digits CNN (tests/digits_models.py),
+cross-entropy, Adam, a global batch of 512 (one step keeps a core busy),
+STEPS steps after WARMUP, all launched with somatize.torch.launch (forked
+ranks, gloo). Variants, interleaved round by round, medians over rounds:
+
+  1 process, 1 core   one process, the whole batch, torch on one thread (the
+                      baseline the target is against: a batch that keeps a core busy)
+  1 process, 2 cores  the same, torch's intra-op threads on both cores
+  2 ranks             two ranks, 256 examples each, one core each (launch's share)
+  2 ranks+recorder    the same with a Recorder on every rank (rank 0's writes)
+
+Timed inside rank 0 from a barrier to its last step's update (the ranks
+wait for each other at every update, so rank 0's clock is the job's).
+Throughput = examples / s; ratio = 2 ranks / 1 process (1 core, and all
+cores) in the same round.
+Targets (issue 20): 2 ranks >= 1.6x one process; recorder <= 1.05x.
+
+    .venv/bin/python bench/bench_ddp.py [--rounds 5]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from somatize import Recorder
+from somatize.torch import Trainer, launch, parameters
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from digits_models import cnn, digits  # noqa: E402
+
+BATCH, STEPS, WARMUP = 512, 40, 3
+
+
+def work(store, threads=None):
+    import torch.distributed as dist
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    train, _ = digits()
+    x, y = train.tensors
+    g = cnn(seed=0)
+    rec = Recorder(store, run=f"ddp-{time.time_ns()}") if store else None
+    t = Trainer(g, torch.nn.functional.cross_entropy, torch.optim.Adam(parameters(g), lr=1e-3), watching=rec)
+    gen = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(STEPS + WARMUP):
+        i = torch.randint(0, len(y), (BATCH,), generator=gen)
+        batches.append((x[i].tensor_split(size)[rank], y[i].tensor_split(size)[rank]))
+    for b in batches[:WARMUP]:
+        t.step(b)
+    t.deliver()
+    if size > 1:
+        dist.barrier()
+    began = time.perf_counter()
+    for b in batches[WARMUP:]:
+        t.step(b)
+    t.deliver()
+    took = time.perf_counter() - began
+    if rec is not None:
+        rec.close()
+    return STEPS * BATCH / took
+
+
+def all_reduce_us():
+    """Median µs of one all-reduce of the CNN's gradients (float32), as the update makes it."""
+    import torch.distributed as dist
+
+    n = sum(p.numel() for p in parameters(cnn(seed=0)))
+    buf = torch.ones(n + 8)
+    took = []
+    for _ in range(60):
+        dist.barrier()
+        t = time.perf_counter_ns()
+        dist.all_reduce(buf)
+        took.append((time.perf_counter_ns() - t) / 1000)
+    return {"numel": n, "us": statistics.median(took[10:])}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    got = {"1 process, 1 core": [], "1 process, 2 cores": [], "2 ranks": [], "2 ranks+recorder": []}
+    ratio, ratio_all, cost = [], [], []
+    with tempfile.TemporaryDirectory() as store:
+        for r in range(args.rounds):
+            order = [("1 process, 1 core", 1, None, 1), ("1 process, 2 cores", 1, None, None),
+                     ("2 ranks", 2, None, None), ("2 ranks+recorder", 2, store, None)]
+            k = r % len(order)
+            this = {}
+            for name, n, s, threads in order[k:] + order[:k]:
+                this[name] = launch(work, s, threads, nprocs=n, timeout_s=120)
+                got[name].append(this[name])
+            ratio.append(this["2 ranks"] / this["1 process, 1 core"])
+            ratio_all.append(this["2 ranks"] / this["1 process, 2 cores"])
+            cost.append(this["2 ranks"] / this["2 ranks+recorder"])
+    reduce = launch(all_reduce_us, nprocs=2, timeout_s=60)
+    print(f"digits CNN, global batch {BATCH}, {STEPS} steps, {args.rounds} rounds, cores {os.cpu_count()}, "
+          f"load average at the end {os.getloadavg()[0]:.2f}")
+    print(f"  all-reduce of its gradients ({reduce['numel']:,} floats), 2 ranks: {reduce['us']:.0f} µs")
+    for name, v in got.items():
+        print(f"  {name:<18} {statistics.median(v):10.0f} examples/s")
+    print(f"  2 ranks / 1 process, 1 core  {statistics.median(ratio):.2f}x  (target >= 1.6x)")
+    print(f"  2 ranks / 1 process, 2 cores {statistics.median(ratio_all):.2f}x")
+    print(f"  2 ranks+recorder time ratio  {statistics.median(cost):.3f}x (target <= 1.05x)")
+
+
+if __name__ == "__main__":
+    main()
