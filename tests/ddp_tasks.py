@@ -129,3 +129,20 @@ def fitted(store, die_at=None, die_rank=1):
     with torch.no_grad():
         whole = float(MSE(net(held.tensors[0]), held.tensors[1]))
     return {"weights": flat(g).tolist(), "val_loss": said, "whole": whole, "steps": t.steps}
+
+
+def frozen_body(differ):
+    """A frozen body and a trained head; ``differ``: each rank built its body
+    from its own seed. Returns the head's weights after 4 steps, or the error."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=(rank if differ else 0), dtype=torch.float64, frozen_body=True)
+    torch.manual_seed(9 + rank)
+    g.node("head").out.reset_parameters()  # trained nodes may differ: rank 0's are broadcast
+    try:
+        t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=1e-2))
+    except ValueError as e:
+        return {"error": type(e).__name__, "message": str(e)}
+    for x, y in batches(4, n=BATCH, dtype=torch.float64):
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    return {"weights": flat(g).tolist(), "body": torch.cat([p.reshape(-1) for p in g.node("body").parameters()])
+            .tolist()}

@@ -172,3 +172,24 @@ def test_fit_over_a_distributed_sampler_killed_mid_epoch_resumes_exactly_and_eva
     diff = torch.tensor(again["weights"], dtype=torch.float64) - torch.tensor(whole["weights"], dtype=torch.float64)
     assert diff.abs().max().item() <= 1e-12
     assert again["val_loss"] == pytest.approx(whole["val_loss"], abs=1e-12)
+
+
+def test_frozen_nodes_take_no_part_and_must_agree_across_ranks():
+    got = launch(ddp_tasks.frozen_body, False, nprocs=2, timeout_s=TIMEOUT_S)
+    g = built(seed=0, dtype=torch.float64, frozen_body=True)
+    torch.manual_seed(9)
+    g.node("head").out.reset_parameters()
+    body = torch.cat([p.detach().reshape(-1) for p in g.node("body").parameters()])
+    opt = torch.optim.SGD(g.node("head").parameters(), lr=1e-2)
+    net = torch.nn.Sequential(g.node("body").net, g.node("head").out)
+    for x, y in batches(4, n=ddp_tasks.BATCH, dtype=torch.float64):  # the oracle: the head alone, whole batches
+        ddp_tasks.MSE(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.equal(torch.tensor(got["body"], dtype=torch.float64), body)  # the frozen body never moved
+    want = torch.cat([p.detach().reshape(-1) for p in g.node("head").parameters()])
+    assert (torch.tensor(got["weights"], dtype=torch.float64) - want).abs().max().item() <= 1e-9
+
+    refused = launch(ddp_tasks.frozen_body, True, nprocs=2, timeout_s=TIMEOUT_S)
+    assert refused["error"] == "SomatizeValueError"
+    assert "frozen node(s) ['body'] differ between ranks: rank(s) [1]" in refused["message"]

@@ -32,9 +32,11 @@ its loss and clocks: one small collective a step.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
-from .._base.errors import RankLost, SomatizeTypeError
+from .._base.errors import RankLost, SomatizeTypeError, SomatizeValueError
 
 BUCKET_BYTES = 25 * 2**20
 _FLOATS = (torch.float64, torch.float32)
@@ -79,6 +81,26 @@ class Ranks:
         with torch.no_grad():
             for t in tensors:
                 self._collective(what, lambda t=t: self.dist.broadcast(t, self.src, group=self.group))
+
+    def check_frozen(self, fingerprints):
+        """Refuse frozen nodes whose fingerprints (code and weights) differ
+        from rank 0's: a frozen node is settled, so it is not broadcast."""
+        names = sorted(fingerprints)
+        if not names:
+            return
+        mine = torch.tensor([list(hashlib.sha256(str(fingerprints[k]).encode()).digest()) for k in names],
+                            dtype=torch.uint8)
+        every = self.gather(mine, "comparing the frozen nodes' fingerprints")
+        differ = sorted({names[i] for other in every[1:] for i in range(len(names))
+                         if not torch.equal(other[i], every[0][i])})
+        if differ:
+            ranks = [r for r, other in enumerate(every) if not torch.equal(other, every[0])]
+            raise SomatizeValueError(
+                f"frozen node(s) {differ} differ between ranks: rank(s) {ranks} hold other code or weights "
+                "than rank 0. A frozen node is settled and takes no part in training, so its weights are not "
+                "broadcast: load the same weights on every rank (one export kept in the store, recalled by "
+                "each) before making the Trainer"
+            )
 
     def sync(self, params, examples, loss, n, busy_us):
         """The update's all-reduce: gradients averaged over every example of

@@ -217,6 +217,7 @@ class Trainer:
         self._ranks = ranks = _distributed.ranks_of(group)  # None: this process trains alone
         if ranks is not None:
             ranks.broadcast(params, "broadcasting rank 0's weights")  # every rank starts from rank 0's
+            ranks.check_frozen(g.fingerprints())  # frozen nodes are not broadcast: they must agree already
             if ranks.rank != 0:
                 watching = None  # one writer per run: rank 0's watchers hear the job (_distributed.py)
         self.device = self._checked_device(device, params)
