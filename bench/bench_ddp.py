@@ -36,21 +36,30 @@ from digits_models import cnn, digits  # noqa: E402
 BATCH, STEPS, WARMUP = 512, 40, 3
 
 
-def work(store, threads=None):
+def work(store, threads=None, batch=BATCH, steps=STEPS):
+    """Rank 0's examples a second over ``steps`` steps of a global ``batch``
+    (each rank its share), after WARMUP; on the rank's GPU when launch gave it one."""
     import torch.distributed as dist
 
     if threads is not None:
         torch.set_num_threads(threads)
+    cuda = torch.cuda.is_initialized() or (dist.is_initialized() and dist.get_backend() == "nccl")
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else None
     rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     train, _ = digits()
     x, y = train.tensors
     g = cnn(seed=0)
+    if device is not None:
+        for node in g.nodes:
+            node.net.to(device)
+        x, y = x.to(device), y.to(device)
     rec = Recorder(store, run=f"ddp-{time.time_ns()}") if store else None
-    t = Trainer(g, torch.nn.functional.cross_entropy, torch.optim.Adam(parameters(g), lr=1e-3), watching=rec)
+    t = Trainer(g, torch.nn.functional.cross_entropy, torch.optim.Adam(parameters(g), lr=1e-3), watching=rec,
+                device=device)
     gen = torch.Generator().manual_seed(0)
     batches = []
-    for _ in range(STEPS + WARMUP):
-        i = torch.randint(0, len(y), (BATCH,), generator=gen)
+    for _ in range(steps + WARMUP):
+        i = torch.randint(0, len(y), (batch,), generator=gen).to(x.device)
         batches.append((x[i].tensor_split(size)[rank], y[i].tensor_split(size)[rank]))
     for b in batches[:WARMUP]:
         t.step(b)
@@ -61,10 +70,12 @@ def work(store, threads=None):
     for b in batches[WARMUP:]:
         t.step(b)
     t.deliver()
+    if device is not None:
+        torch.cuda.synchronize()
     took = time.perf_counter() - began
     if rec is not None:
         rec.close()
-    return STEPS * BATCH / took
+    return steps * batch / took
 
 
 def all_reduce_us():

@@ -73,7 +73,9 @@ def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
         raise LaunchError("torch.distributed is already initialised in this process: launch(...) starts its own "
                           "process group in each rank; call it from a process that has none")
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= nprocs else "gloo"
+        # device_count asks NVML first, so the parent's CUDA stays untouched (is_available would init the
+        # driver, and a forked rank could not use CUDA then)
+        backend = "nccl" if torch.cuda.device_count() >= nprocs else "gloo"
     port = _free_port()
     parent = os.getpid()
     children = {}  # pid -> (rank, read end of its pipe)
