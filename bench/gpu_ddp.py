@@ -47,7 +47,7 @@ def main():
             this = {}
             for name, procs, s in order[k:] + order[:k]:
                 this[name] = launch(work, s, None, args.batch, args.steps, nprocs=procs, backend="nccl",
-                                    timeout_s=120)
+                                    timeout_s=120)["rate"]
                 got[name].append(this[name])
             ratio.append(this[names[1]] / this[names[0]])
             cost.append(this[names[1]] / this[names[2]])

@@ -128,7 +128,7 @@ def _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwarg
         code = 0
         dist.destroy_process_group()
     except BaseException as e:
-        sys.last_value = e  # what the record says ended its run (record/_flusher)
+        sys.last_exc = sys.last_value = e  # what the record says ended its run (record/_flusher)
         if "error" not in message:
             message = {"error": "".join(traceback.format_exception(e)), "type": type(e).__name__}
     finally:
