@@ -146,3 +146,31 @@ def frozen_body(differ):
         t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
     return {"weights": flat(g).tolist(), "body": torch.cat([p.reshape(-1) for p in g.node("body").parameters()])
             .tolist()}
+
+
+def host_syncs(store, every):
+    """Rank 0 watched by a Recorder, read_every=16, 16 steps under HostSyncs:
+    how many reads off the device each step made (the update's all-reduce
+    included)."""
+    from somatize.torch import _reading
+
+    from torch_models import HostSyncs
+
+    _reading.READ_AT_MOST_NS = 10**15  # the read by time, out of the way (this rank's own process)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0)
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    rec = Recorder(store, run="syncs")
+    t = Trainer(g, MSE, opt, watching=rec, read_every=16, instruments=False, every=every)
+    data = batches(32, n=16)
+    for x, y in data[:16]:
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    t.deliver()
+    per_step = []
+    with HostSyncs(opt) as syncs:
+        for x, y in data[16:]:
+            before = syncs.count
+            t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+            per_step.append(syncs.count - before)
+    rec.close()
+    return per_step

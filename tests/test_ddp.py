@@ -192,3 +192,12 @@ def test_frozen_nodes_take_no_part_and_must_agree_across_ranks():
     refused = launch(ddp_tasks.frozen_body, True, nprocs=2, timeout_s=TIMEOUT_S)
     assert refused["error"] == "SomatizeValueError"
     assert "frozen node(s) ['body'] differ between ranks: rank(s) [1]" in refused["message"]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_data_parallel_step_reads_nothing_off_the_device_but_the_bulk_read(tmp_path, every):
+    per_step = launch(ddp_tasks.host_syncs, str(tmp_path), every, nprocs=2, timeout_s=TIMEOUT_S)
+    assert per_step[:15] == [0] * 15  # the all-reduce's loss and ranks' clocks stay tensors until the read
+    assert per_step[15] == 1  # the 16th step's end reads the losses and the clocks held, in one go
+    clocks = curve(str(tmp_path), run="syncs", name="rank_us/rank1")  # rank 1's time, read off in bulk too
+    assert len(clocks) >= 11 and (clocks > 0).all()  # steps 0-9 and 20 say their clocks (and any a second late)

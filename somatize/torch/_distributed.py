@@ -106,7 +106,9 @@ class Ranks:
         """The update's all-reduce: gradients averaged over every example of
         every rank, in place. ``loss`` (a 0-d tensor, the mean of the step's
         ``n`` examples here) or None. Returns (the loss over every rank's
-        examples or None, each rank's busy µs)."""
+        examples or None, each rank's busy µs), tensors left on the device:
+        nothing here waits for it unless this rank lacks a gradient (then it
+        reads which parameters some rank has one for)."""
         device = params[0].device if params else torch.device("cpu")
         flags = [0.0 if p.grad is None else 1.0 for p in params]
         by_kind: dict = {}
@@ -148,27 +150,29 @@ class Ranks:
         if host is not None:
             extras = flats[host][cut:]
             flats[host] = flats[host][:cut]
-        got = extras.tolist()
-        total = got[len(params)]
+        p_count = len(params)
+        # A rank with every gradient knows every parameter has one somewhere; only one lacking some reads the flags
+        has = None if all(flags) else extras[:p_count].tolist()
+        total = extras[p_count]
         for part, flat in zip(buckets, flats):
             flat.div_(total)
             at = 0
             for i in part:
                 p = params[i]
                 k = p.numel()
-                if got[i] > 0:
+                if has is None or has[i] > 0:
                     if p.grad is None:
                         p.grad = flat[at:at + k].view_as(p).clone()
                     else:
                         p.grad.copy_(flat[at:at + k].view_as(p))
                 at += k
-        return self._loss_and_clocks(extras[len(params) + 1:], got[len(params) + 1:], loss)
+        return self._loss_and_clocks(extras[p_count + 1:], loss)
 
     def sync_loss(self, loss, n, busy_us):
         """A step that closes no group: its loss over every rank's examples, and each rank's busy µs."""
         extras = self._extras([], 0, loss, n, busy_us, torch.float64, loss.device)
         self._collective("the loss's all-reduce", lambda: self.dist.all_reduce(extras, group=self.group))
-        return self._loss_and_clocks(extras[1:], extras[1:].tolist(), loss)
+        return self._loss_and_clocks(extras[1:], loss)
 
     def summed(self, values, what):
         """Floats summed over every rank (float64)."""
@@ -192,12 +196,10 @@ class Ranks:
         tail = torch.tensor([float(n)] + clocks, dtype=dtype, device=device)
         return torch.cat([head, weighted.to(device), tail])
 
-    def _loss_and_clocks(self, extras, got, loss):
-        n = got[1]
-        busy = [int(v) for v in got[2:]]
-        if loss is None or n == 0:
-            return None, busy
-        return (extras[0] / extras[1]).to(loss.dtype), busy
+    @staticmethod
+    def _loss_and_clocks(extras, loss):
+        """From [loss * n summed, n summed, each rank's µs]: the loss (a 0-d tensor) and the µs (a tensor)."""
+        return (None if loss is None else (extras[0] / extras[1]).to(loss.dtype)), extras[2:]
 
     def _collective(self, what, call):
         try:

@@ -253,7 +253,7 @@ class Trainer:
         self._step_began = None  # perf_counter_ns when the step under way began (its busy time, for the ranks)
         self._step_loss = None  # (the step's loss here, its examples): what the update's all-reduce carries
         self._global_loss = None  # that loss over every rank's examples, once all-reduced
-        self._rank_us = None  # each rank's busy µs in the last step, from the last all-reduce
+        self._rank_us = None  # each rank's busy µs in the last step, from the last all-reduce (a tensor)
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
@@ -815,8 +815,14 @@ class Trainer:
                 lr = lr if lr.__class__ is float else float(lr)
                 emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
             if self._rank_us is not None:  # every rank's own work in this step (_distributed.py)
-                for rank, us in enumerate(self._rank_us):
-                    emit({"fact": "rank_us", "rank": rank, "value": us})
+                said = [{"fact": "rank_us", "rank": rank, "value": None} for rank in range(self._ranks.size)]
+                if self.read_every > 1:
+                    self._reading.owe(self._rank_us, said)  # read off the device with the losses
+                else:
+                    for fact, us in zip(said, self._rank_us.tolist()):
+                        fact["value"] = us
+                for fact in said:
+                    emit(fact)
         if self._clock is not None and self._clock.armed:
             self._clock.hand_over()
         if len(self._losses) >= self.read_every or began >= self._read_due:
