@@ -75,6 +75,11 @@ class Recorder:
     belong to that forward; facts before the first ``forward_began()`` belong
     to forward 0, as the first forward's do (they do not shift the numbering).
 
+    In a data-parallel job, a run has one writer: on a process whose
+    ``RANK`` (set by torchrun and ``somatize.torch.launch``) is not 0, the
+    Recorder made is a stand-in that opens and writes nothing
+    (``recording`` is False), so the same line runs on every rank.
+
     ``config``: the run's configuration (a dict of JSON-like values: the
     learning rate, the layer sizes, the seed), kept in its summary and shown
     as ``config.<key>`` columns by ``runs(store)`` and ``somatize runs``; a

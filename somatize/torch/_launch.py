@@ -51,7 +51,8 @@ def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
     Inside ``fn``, a ``Trainer`` trains data-parallel across the ranks and
     ``torch.distributed.get_rank()`` says which one it is. Returns what rank
     0 returns (JSON-like plain data). Raises ``RankLost`` naming a rank that
-    died, ``LaunchError`` naming one that raised."""
+    died, ``LaunchError`` naming one that raised. Linux (fork, pidfd,
+    PR_SET_PDEATHSIG)."""
     import torch
 
     if not callable(fn):
