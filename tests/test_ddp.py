@@ -201,3 +201,11 @@ def test_a_data_parallel_step_reads_nothing_off_the_device_but_the_bulk_read(tmp
     assert per_step[15] == 1  # the 16th step's end reads the losses and the clocks held, in one go
     clocks = curve(str(tmp_path), run="syncs", name="rank_us/rank1")  # rank 1's time, read off in bulk too
     assert len(clocks) >= 11 and (clocks > 0).all()  # steps 0-9 and 20 say their clocks (and any a second late)
+
+
+def test_a_checkpoint_kept_on_two_ranks_is_refused_on_three_naming_why(tmp_path):
+    store = str(tmp_path / "s")
+    with pytest.raises(somatize.RankLost):
+        launch(ddp_tasks.resumed, store, 4, nprocs=2, timeout_s=TIMEOUT_S)  # a checkpoint at step 3, then lost
+    with pytest.raises(somatize.LaunchError, match=r"kept by a job of 2 ranks, and this one runs on 3 ranks"):
+        launch(ddp_tasks.resumed, store, nprocs=3, timeout_s=TIMEOUT_S)

@@ -212,7 +212,8 @@ def _wait(children, timeout_s):
 
 
 def _outcome(ranks, nprocs):
-    lost = [(rank, pid, status) for rank, pid, status, message, _ in ranks
+    # the first rank to end without a word is the one lost (one the launcher killed later was left hanging)
+    lost = [(rank, pid, status) for rank, pid, status, message, _ in sorted(ranks, key=lambda r: r[4])
             if os.WIFSIGNALED(status) or message is None or (status != 0 and "error" not in message)]
     # the rank that raised first is the cause; the others' collectives then failed (RankLost, or torch's error)
     raised = [(rank, message) for rank, _, _, message, _ in sorted(ranks, key=lambda r: r[4])

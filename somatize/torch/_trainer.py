@@ -165,7 +165,11 @@ class Trainer:
     only rank 0's ``watching=`` hears the job, with each rank's own time a
     step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
     by rank 0 with each rank's own random streams, resumed on as many ranks.
-    ``group=False`` trains in this process alone.
+    ``group=False`` trains in this process alone. Every rank makes the same
+    calls in the same order (``step``, ``close_group``, ``checkpoint``,
+    ``evaluate``, ``fit``: each holds a collective), on as many batches; a
+    rank that stops makes the others raise ``RankLost`` within the process
+    group's timeout.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
