@@ -12,10 +12,12 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.codecs import register_codec as register_codec
     from ._base.errors import CodecError as CodecError
     from ._base.errors import DamagedError as DamagedError
+    from ._base.errors import LaunchError as LaunchError
     from ._base.errors import MissingExtra as MissingExtra
     from ._base.errors import NodeError as NodeError
     from ._base.errors import NonFiniteLoss as NonFiniteLoss
     from ._base.errors import QueryError as QueryError
+    from ._base.errors import RankLost as RankLost
     from ._base.errors import SomatizeError as SomatizeError
     from ._base.errors import SomatizeKeyError as SomatizeKeyError
     from ._base.errors import SomatizeTypeError as SomatizeTypeError
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
 _WHERE = {
     "CodecError": "._base.errors",
     "DamagedError": "._base.errors",
+    "LaunchError": "._base.errors",
     "MissingExtra": "._base.errors",
     "NonFiniteLoss": "._base.errors",
     "SomatizeKeyError": "._base.errors",
@@ -44,6 +47,7 @@ _WHERE = {
     "NodeError": "._base.errors",
     "Opaque": "._base.values",
     "QueryError": "._base.errors",
+    "RankLost": "._base.errors",
     "Recorder": ".record._recorder",
     "SomatizeError": "._base.errors",
     "Store": "._store.store",

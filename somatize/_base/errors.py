@@ -79,3 +79,25 @@ class NonFiniteLoss(SomatizeError, FloatingPointError):
     loss (with ``read_every=1`` before its backward, nothing updated; else on
     the bulk read that finds it); defined here so that it can be caught
     without importing torch."""
+
+
+class RankLost(SomatizeError, RuntimeError):
+    """A rank of a data-parallel job is gone: killed, or it raised, or it
+    stopped answering within the process group's timeout. Raised on the
+    ranks left, by the collective that found it (``rank``: the rank raising),
+    and by ``somatize.torch.launch`` in the launching process, naming the
+    rank that was lost (``lost``) and how it ended."""
+
+    def __init__(self, message, rank=None, lost=None):
+        super().__init__(message)
+        self.rank, self.lost = rank, lost
+
+
+class LaunchError(SomatizeError, RuntimeError):
+    """``somatize.torch.launch`` cannot start its ranks (CUDA already in use
+    in this process, which a fork would crash), or a rank raised: the message
+    names the rank and carries its traceback as text."""
+
+    def __init__(self, message, rank=None):
+        super().__init__(message)
+        self.rank = rank

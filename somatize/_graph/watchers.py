@@ -24,7 +24,11 @@ ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
 # wall_s: the clock (time.time()) when a step began, what progress(x="relative" | "wall") draws over.
 # lr: the learning rate of the optimizer's first parameter group (with "group": i, of group i, in the
 # series lr/group<i>), said on the steps that say their clocks.
-TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us", "lr")
+# ranks: how many ranks a data-parallel job's loss is the mean over (said once); rank_us with "rank": i, rank
+# i's own work in a step (its forwards, objective and backward, before it waits for the others), in the
+# series rank_us/rank<i> (torch/_distributed.py).
+TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us", "lr",
+                 "ranks", "rank_us")
 # The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",

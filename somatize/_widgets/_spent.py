@@ -9,7 +9,10 @@ own; so are the evaluations' (`eval_us`: `trainer.evaluate`'s forwards,
 unwatched, its loss and metrics), apart from training; so is the Trainer's when the record holds it (a numeric fact
 `trainer_us`: µs of loss, backward and update per step), split into its
 parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
-record holds them too; an older record draws it whole. Each node's backward
+record holds them too; an older record draws it whole. A data-parallel run
+(`ranks`) also shows each rank's own work a step (`rank_us/rank<i>`) side by
+side and names the straggler: the rank whose steps take longest, and by how
+much over the fastest. Each node's backward
 time (`backward_us/<node>`, on the steps the Trainer's instruments record)
 stands beside its forward time in the table.
 
@@ -32,6 +35,7 @@ TRAINER_FACT = "trainer_us"
 TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward"),
                  ("update_us", "optimizer update"))
 EVALUATION_FACT = "eval_us"  # µs of one trainer.evaluate (torch/_evaluate.py): its unwatched forwards and metrics
+RANKS_FACT, RANK_FACT = "ranks", "rank_us"  # a data-parallel run: its ranks, and each rank's own work a step
 BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
 SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
@@ -117,9 +121,55 @@ def spent_data(store, run, forward=None):
                  for f in said if f.get("fact") in ("ran", "recalled")]
         total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
         timeline = {"forward": which, "total_us": total, "spans": spans}
+    ranks = _ranks_of(store, run)
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
             "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
-            "spread": spread_of(store, run, per_forward, count)}
+            "spread": spread_of(store, run, per_forward, count), "ranks": ranks, "straggler": _straggler(ranks)}
+
+
+def _ranks_of(store, run):
+    """[{"rank", "mean_us", "steps"}] of a data-parallel run, from the series
+    `rank_us/rank<i>` (each rank's own work a step, before it waited for the
+    others: torch/_distributed.py), the warm-up step left out; [] for a run
+    of one process."""
+    from somatize._base.errors import SomatizeKeyError
+    from somatize.record import curve
+
+    try:
+        size = curve(store, run=run, name=RANKS_FACT).dropna()
+    except SomatizeKeyError:
+        return []
+    out = []
+    for rank in range(int(size.iloc[-1]) if len(size) else 0):
+        try:
+            c = curve(store, run=run, name=f"{RANK_FACT}/rank{rank}").dropna()
+        except SomatizeKeyError:
+            continue
+        c = c.iloc[WARMUP:] if len(c) > WARMUP else c
+        if len(c):
+            out.append({"rank": rank, "mean_us": float(c.mean()), "steps": int(len(c))})
+    return out
+
+
+def _straggler(ranks):
+    """The rank whose steps take longest, and by how much over the fastest:
+    {"rank", "mean_us", "fastest", "over_us", "over"} (over: a ratio - 1), or None."""
+    if len(ranks) < 2:
+        return None
+    slow = max(ranks, key=lambda r: r["mean_us"])
+    fast = min(ranks, key=lambda r: r["mean_us"])
+    over = slow["mean_us"] - fast["mean_us"]
+    return {"rank": slow["rank"], "mean_us": slow["mean_us"], "fastest": fast["rank"], "over_us": over,
+            "over": over / fast["mean_us"] if fast["mean_us"] else 0.0}
+
+
+def straggler_text(d):
+    s = d["straggler"]
+    if s is None:
+        return ""
+    return (f"rank {s['rank']} is the straggler: its steps take {_svg.duration_us(s['mean_us'])}, "
+            f"{_svg.duration_us(s['over_us'])} ({s['over']:.0%}) more than rank {s['fastest']}'s; "
+            "the others wait for it at every update")
 
 
 def _trainer_parts(per_forward):
@@ -223,6 +273,20 @@ def spent_inner(d, graph=None, narrow=False):
     parts.append(_both(_svg.bars_svg(bars, title=title_of(d), unit_label=grey),
                        narrow and _svg.bars_svg_narrow(bars, title=title_of(d), unit_label=grey)))
     parts.append(_spread_table(d))
+    if d.get("ranks"):
+        slow = d["straggler"]["rank"] if d["straggler"] else None
+        rank_bars = [{"label": f"rank {r['rank']}", "value": r["mean_us"],
+                      "color": _svg.SLOW if r["rank"] == slow else _svg.SERIES[0],
+                      "text": f"{_svg.duration_us(r['mean_us'])} a step",
+                      "data": {"rank": r["rank"]},
+                      "tip": f"rank {r['rank']}: {_svg.duration_us(r['mean_us'])} of its own work a step "
+                             f"({r['steps']:,} steps measured)", "parts": None}
+                     for r in d["ranks"]]
+        label = straggler_text(d) or "one rank"
+        parts.append(_h("Each rank's own work a step, before it waits for the others"
+                        + (f": {straggler_text(d)}" if d["straggler"] else "")))
+        parts.append(_both(_svg.bars_svg(rank_bars, title="ranks", unit_label=label),
+                           narrow and _svg.bars_svg_narrow(rank_bars, title="ranks", unit_label=label)))
     t = d["timeline"]
     if t and t["spans"]:
         longest = max(s["took_us"] for s in t["spans"])
@@ -307,6 +371,8 @@ class Spent:
         self.rows = data["rows"]
         self.timeline = data["timeline"]
         self.slowest = data["slowest"]
+        self.ranks = data["ranks"]  # a data-parallel run's ranks: [{"rank", "mean_us", "steps"}]
+        self.straggler = data["straggler"]  # the slowest rank and by how much, or None
 
     def to_html(self):
         """The static picture: what GitHub, nbviewer and nbconvert show."""
@@ -328,6 +394,11 @@ class Spent:
         for r in self.rows:
             mark = "  <- slowest node" if r["slowest"] else ""
             lines.append(f"  {r['label']:<34} {_svg.duration_us(r['total_us']):>10}  {r['share']:6.1%}{mark}")
+        for r in self.ranks:
+            mark = "  <- straggler" if self.straggler and self.straggler["rank"] == r["rank"] else ""
+            lines.append(f"  rank {r['rank']:<29} {_svg.duration_us(r['mean_us']):>10}  a step{mark}")
+        if self.straggler:
+            lines.append("  " + straggler_text(self.data))
         return "\n".join(lines)
 
 

@@ -75,6 +75,11 @@ class Recorder:
     belong to that forward; facts before the first ``forward_began()`` belong
     to forward 0, as the first forward's do (they do not shift the numbering).
 
+    In a data-parallel job, a run has one writer: on a process whose
+    ``RANK`` (set by torchrun and ``somatize.torch.launch``) is not 0, the
+    Recorder made is a stand-in that opens and writes nothing
+    (``recording`` is False), so the same line runs on every rank.
+
     ``config``: the run's configuration (a dict of JSON-like values: the
     learning rate, the layer sizes, the seed), kept in its summary and shown
     as ``config.<key>`` columns by ``runs(store)`` and ``somatize runs``; a
@@ -97,6 +102,13 @@ class Recorder:
     typically 0.25 to 0.5 s of facts, more under heavy load
     (bench/RESULTS.md); the run then lists as interrupted.
     """
+
+    recording = True  # False for a Recorder made on a rank other than 0 (see _Bystander)
+
+    def __new__(cls, *args, **kwargs):
+        if cls is Recorder and launched_rank() != 0:
+            return object.__new__(_Bystander)
+        return object.__new__(cls)
 
     def __init__(self, store, run=None, summarising=("loss",), resume=False, config=None):
         if isinstance(summarising, str):
@@ -531,6 +543,62 @@ class Recorder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the lock
             self._lock_fd = None
+
+
+def launched_rank() -> int:
+    """The rank a launcher gave this process (``RANK``, set by torchrun and
+    ``somatize.torch.launch``), 0 when none did."""
+    rank = os.environ.get("RANK", "0")
+    return int(rank) if rank.isdigit() else 0
+
+
+class _Bystander(Recorder):
+    """What ``Recorder(...)`` makes on a rank other than 0 of a data-parallel
+    job (``RANK`` set and not 0): one run has one writer, rank 0's Recorder,
+    and the loss it records is already over every rank's examples
+    (torch/_distributed.py). So the same code runs on every rank: here the
+    Recorder opens nothing, writes nothing and takes facts only to drop them
+    (the Trainer hands it none). ``recording`` is False; ``run`` is the name
+    given (a name of its own is drawn only where the run is written)."""
+
+    recording = False
+
+    def __init__(self, store, run=None, summarising=("loss",), resume=False, config=None):
+        self.run, self.rank, self._closed = run, launched_rank(), False
+
+    def __call__(self, fact):
+        pass
+
+    def take(self, items):
+        pass
+
+    def held_by(self, hand_over):
+        pass
+
+    def forward_began(self):
+        pass
+
+    def flush(self):
+        pass
+
+    def close(self, state="finished"):
+        self._closed = True
+
+    @property
+    def forwards(self):
+        return 0
+
+    def checkpoint(self):
+        return {"run": self.run, "forwards": 0}
+
+    def rewind(self, forwards):
+        pass
+
+    def __exit__(self, kind, value, tb):
+        self._closed = True
+
+    def __repr__(self):
+        return f"Recorder(run={self.run!r}, rank={self.rank}: rank 0 records the run)"
 
 
 def _copy(summary):

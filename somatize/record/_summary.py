@@ -261,7 +261,11 @@ def summarise(groups, summary: dict, points: dict) -> int:
                 node = fact.get("node")
                 if node is None:  # a parameter group's fact beyond the first (lr): <fact>/group<i>
                     group = fact.get("group")
-                    name = kind if group is None else f"{kind}/group{group}"
+                    if group is not None:
+                        name = f"{kind}/group{group}"
+                    else:  # a rank's own fact (rank_us): <fact>/rank<i>
+                        rank = fact.get("rank")
+                        name = kind if rank is None else f"{kind}/rank{rank}"
                 else:
                     name = f"{kind}/{node}"
             if value.__class__ is not float and value.__class__ is not int and (

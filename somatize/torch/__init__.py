@@ -22,6 +22,7 @@ for _package in ("torch", "tqdm"):
 from .._base.codecs import register_codec as _register_codec  # noqa: E402
 from .._base.errors import NonFiniteLoss as NonFiniteLoss  # noqa: E402  (somatize.NonFiniteLoss too)
 from ._codec import TensorCodec as TensorCodec  # noqa: E402
+from ._launch import launch as launch  # noqa: E402
 from ._trainer import Trainer as Trainer  # noqa: E402
 from ._weights import export as export  # noqa: E402
 from ._weights import fedavg as fedavg  # noqa: E402
@@ -31,4 +32,4 @@ from ._weights import parameters as parameters  # noqa: E402
 
 _register_codec(TensorCodec())
 
-__all__ = ["NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "load", "parameters"]
+__all__ = ["NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "launch", "load", "parameters"]

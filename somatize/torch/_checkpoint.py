@@ -13,6 +13,13 @@ position of each watcher that can resume (a watcher that defines
 ``checkpoint()`` and ``rewind(position)``, as the Recorder does). A Trainer
 resumed from it takes the same steps as one never stopped, bit for bit.
 
+A data-parallel job keeps one checkpoint, written by rank 0: the weights,
+the optimizer's state and the counters are the same on every rank; what is
+each rank's own (its RNG streams, its open group's gradients, the RNG its
+epoch drew its order with) is gathered to rank 0 and kept as ``ranks``, a
+list in rank order (``per_rank``); every rank reads the checkpoint and takes
+its own part (``own_part``). It resumes on the same number of ranks only.
+
 These functions turn values into the kept form and back; the Trainer
 (``_trainer.py``) owns its counters and decides what to put where.
 """
@@ -114,7 +121,7 @@ def put_grads(params, kept):
 def checked(value, name, store, params, schedule, scaler, also, watchers):
     """``value`` recalled from ``store`` under ``name``, checked to be a
     checkpoint this Trainer can resume from; the error names what differs."""
-    if not isinstance(value, dict) or set(value) != FIELDS or value["format"] != FORMAT:
+    if not isinstance(value, dict) or set(value) - {"ranks"} != FIELDS or value["format"] != FORMAT:
         raise SomatizeValueError(
             f"{name!r} in the store at {store.path} is not a Trainer's checkpoint (kept by "
             f"Trainer.checkpoint, format {FORMAT}); give the name the checkpoint was kept under, "
@@ -142,3 +149,40 @@ def checked(value, name, store, params, schedule, scaler, also, watchers):
                 "the same ones, in the same order"
             )
     return value
+
+
+def per_rank(ranks, params, fit_rng):
+    """Each rank's own part of a data-parallel checkpoint, gathered from
+    every rank (a collective: every rank calls it) in rank order:
+    ``[{"rng", "grads", "fit"}, ...]``. ``fit_rng``: [cpu, generator] as the
+    epoch under way drew its order, or None."""
+    what = "gathering the checkpoint's per-rank state"
+    cpu = ranks.gather(torch.get_rng_state(), what)
+    cuda = ([ranks.gather(torch.cuda.get_rng_state(), what)]
+            if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+    flags = ranks.gather(torch.tensor([p.grad is not None for p in params], dtype=torch.uint8), what)
+    grads = {i: ranks.gather(p.grad if p.grad is not None else torch.zeros_like(p), what)
+             for i, p in enumerate(params) if any(f[i] for f in flags)}
+    fit = None
+    if fit_rng is not None:
+        fit = [ranks.gather(fit_rng[0], what),
+               None if fit_rng[1] is None else ranks.gather(fit_rng[1], what)]
+    return [{"rng": {"cpu": cpu[r], "cuda": [c[r] for c in cuda]},
+             "grads": {str(i): g[r] for i, g in grads.items() if flags[r][i]},
+             "fit": None if fit is None else [fit[0][r], None if fit[1] is None else fit[1][r]]}
+            for r in range(ranks.size)]
+
+
+def own_part(value, ranks, name):
+    """This rank's part of a kept checkpoint, after checking that it was kept
+    by a job of as many ranks as this one (or by one process, when this is one)."""
+    kept = value.get("ranks")
+    size = 1 if ranks is None else ranks.size
+    if (len(kept) if kept is not None else 1) != size or (kept is None) != (ranks is None):
+        was = "one process" if kept is None else f"{len(kept)} ranks"
+        now = "one process" if ranks is None else f"{size} ranks"
+        raise SomatizeValueError(
+            f"the checkpoint {name!r} was kept by a job of {was}, and this one runs on {now}: each rank's "
+            "random streams and open gradients are its own, so resume on as many ranks as it was kept with"
+        )
+    return None if kept is None else kept[ranks.rank]

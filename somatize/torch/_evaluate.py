@@ -16,7 +16,9 @@ What it says, to the Trainer's watchers, after the facts of the last step
 the examples of every batch (a batch's value weighted by its examples), and
 last ``{"fact": "eval_us", "value": <int>}``, the µs the whole evaluation took
 (its forwards, the objective and the metrics), which ``spent`` shows apart
-from the training's time.
+from the training's time. Data parallel, each rank evaluates the batches it
+is given (its share, as a DistributedSampler deals them) and the sums are
+all-reduced: the values said are over every rank's examples.
 """
 
 from __future__ import annotations
@@ -110,15 +112,19 @@ def evaluate(trainer, batches, metrics=None):
     finally:
         _put_back(rng)
     examples = sum(sizes)
-    if not examples:
-        raise SomatizeValueError("evaluate(batches): the batches held no example; give a list of (x, y), "
-                                 "or a DataLoader over the validation set")
-    said = {}
+    totals = {}
     for name, batch_values in values.items():
         total = 0.0  # in order, in float64: the sum a loop adding value * n batch by batch makes
         for v, n in zip(_floats(batch_values), sizes):
             total += v * n
-        said[PREFIX + name] = total / examples
+        totals[name] = total
+    if trainer._ranks is not None:  # data parallel: over every rank's held-out examples
+        *summed, examples = trainer._ranks.summed([*totals.values(), float(examples)], "the evaluation's all-reduce")
+        totals = dict(zip(totals, summed))
+    if not examples:
+        raise SomatizeValueError("evaluate(batches): the batches held no example; give a list of (x, y), "
+                                 "or a DataLoader over the validation set")
+    said = {PREFIX + name: total / examples for name, total in totals.items()}
     if trainer._watched:
         emit = trainer._emitting.emit  # after the facts the Trainer holds back, so at the current step
         for name, value in said.items():

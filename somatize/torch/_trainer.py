@@ -73,7 +73,7 @@ from .._graph import engine as _engine
 from .._graph.watchers import Watchers, held
 from .._store.store import as_store
 from . import _checkpoint as _kept
-from . import _evaluate, _reading
+from . import _distributed, _evaluate, _reading
 from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._modes import Modes
@@ -153,11 +153,28 @@ class Trainer:
     retried after its process died goes on as if never stopped.
     ``checkpoint_also=[...]``: more objects whose state goes with it (any
     with ``state_dict``/``load_state_dict``, or a ``torch.Generator``).
+
+    Data parallel (``_distributed``): once ``torch.distributed`` is
+    initialised (torchrun, or ``somatize.torch.launch`` from a notebook), or
+    given ``group=`` a process group, the Trainer trains one model across the
+    ranks: rank 0's weights broadcast as it is made, each rank given its own
+    share of every batch, the gradients all-reduced once per update (never
+    per step or piece) and averaged over every rank's examples, so the
+    weights are the same on every rank after every update. The loss said is
+    the mean over every rank's examples (``ranks`` says over how many);
+    only rank 0's ``watching=`` hears the job, with each rank's own time a
+    step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
+    by rank 0 with each rank's own random streams, resumed on as many ranks.
+    ``group=False`` trains in this process alone. Every rank makes the same
+    calls in the same order (``step``, ``close_group``, ``checkpoint``,
+    ``evaluate``, ``fit``: each holds a collective), on as many batches; a
+    rank that stops makes the others raise ``RankLost`` within the process
+    group's timeout.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
                  schedule=None, precision=None, device=None, keys=None, read_every=None,
-                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True):
+                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True, group=None):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -201,6 +218,12 @@ class Trainer:
             freeze(g)
         self._modes = Modes(g)
         self._params = params
+        self._ranks = ranks = _distributed.ranks_of(group)  # None: this process trains alone
+        if ranks is not None:
+            ranks.broadcast(params, "broadcasting rank 0's weights")  # every rank starts from rank 0's
+            ranks.check_frozen(g.fingerprints())  # frozen nodes are not broadcast: they must agree already
+            if ranks.rank != 0:
+                watching = None  # one writer per run: rank 0's watchers hear the job (_distributed.py)
         self.device = self._checked_device(device, params)
         where = self.device.type if self.device is not None else (params[0].device.type if params else "cpu")
         if precision is not None and precision not in PRECISIONS:
@@ -229,7 +252,12 @@ class Trainer:
         self._instruments = (Instruments(g, optimizer, self._emitting.emit, reading.owe if defer else None)
                              if instruments and self._watched else None)
         self._graph_forward = g.forward
-        self._fast = self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
+        self._fast = (self.every == 1 and self.micro == 1 and self._autocast is None and self.device is None
+                      and ranks is None)
+        self._step_began = None  # perf_counter_ns when the step under way began (its busy time, for the ranks)
+        self._step_loss = None  # (the step's loss here, its examples): what the update's all-reduce carries
+        self._global_loss = None  # that loss over every rank's examples, once all-reduced
+        self._rank_us = None  # each rank's busy µs in the last step, from the last all-reduce (a tensor)
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
@@ -259,7 +287,7 @@ class Trainer:
         Returns the loss of the whole batch as a 0-d tensor, detached, on the
         device, without waiting for it: ``float(trainer.step(b))`` reads it
         (a host sync); ``trainer.loss`` is the last one read off the device."""
-        began = perf_counter_ns()
+        began = self._step_began = perf_counter_ns()
         if batch.__class__ is tuple and len(batch) == 2 and batch[0].__class__ is torch.Tensor and self.keys is None:
             x, y = batch  # the common case, checked in one line
         else:
@@ -279,6 +307,8 @@ class Trainer:
             self._began_s = time()
             self._split[:] = (0, 0, 0)
             self._lrs = [group["lr"] for group in self.optimizer.param_groups]  # what this step's update uses
+        if index == 0 and self._ranks is not None and self._watched:
+            self._emitting.emit({"fact": "ranks", "value": self._ranks.size})  # the loss is over this many
         if self._instruments is not None:
             self._instrument()
         try:
@@ -343,10 +373,20 @@ class Trainer:
         self._open += 1
         self._group_n += n
         closed = self._open == self.every
+        ranks = self._ranks
         if closed:
             t = now()
+            self._step_loss = (value, n)
             closed = self._close()
             split[2] += now() - t
+            if ranks is not None:
+                value = self._global_loss
+        elif ranks is not None:
+            t = now()
+            value, self._rank_us = ranks.sync_loss(value, n, (perf_counter_ns() - self._step_began) // 1000)
+            split[2] += now() - t
+        if ranks is not None and self.read_every == 1:
+            self._reading.last = value.item()  # the loss over every rank's examples, not this rank's
         return value, closed
 
     def _timed(self, x, y, index):
@@ -377,6 +417,7 @@ class Trainer:
         if self._open == 0:
             self.deliver()
             return False
+        self._step_began = None  # no step under way: no rank is busy in it
         updated = self._close()
         if updated and self._watched:
             self._emitting.emit({"fact": "updated"})
@@ -395,6 +436,11 @@ class Trainer:
         """Clip, the optimizer's step, zero_grad; the schedule's step. Returns
         whether the weights moved (fp16's scaler skips an update whose
         gradients hold inf or nan)."""
+        if self._ranks is not None:  # the one place gradients cross ranks (_distributed.py)
+            loss, n = self._step_loss or (None, 0)
+            began, self._step_loss = self._step_began, None
+            busy = 0 if began is None else (perf_counter_ns() - began) // 1000
+            self._global_loss, self._rank_us = self._ranks.sync(self._params, self._group_n, loss, n, busy)
         probe = self._instruments if self._instruments is not None and due(self.updates) else None
         scaler = self.scaler
         if scaler is not None:
@@ -551,6 +597,9 @@ class Trainer:
         now = None if at is None else _rng_of(generator)  # the RNG as the checkpoint left it
         if drawn is not None:
             _put_rng(drawn, generator)  # the order this epoch drew
+        sampler = getattr(batches, "sampler", None)
+        if callable(getattr(sampler, "set_epoch", None)):  # a DistributedSampler draws each epoch's order anew
+            sampler.set_epoch(epoch)
         self._fit_at = [epoch, skip, _rng_of(generator)]
         if loader is not None:  # a loader that keeps its own place (torchdata's StatefulDataLoader)
             batches.load_state_dict(loader)
@@ -602,7 +651,9 @@ class Trainer:
         forwards it holds, flushed first, so the record holds what the
         checkpoint has done). The losses are read first (``deliver``).
         Tensors go through the tensor codec; nothing is pickled. Returns the
-        digest."""
+        digest. Data parallel: every rank calls it (a collective), rank 0
+        writes one checkpoint holding each rank's own streams and open
+        gradients and returns the digest; the other ranks return None."""
         store, name = self._where(store, name)
         self._read()
         fit = None
@@ -624,6 +675,12 @@ class Trainer:
             "also": [_kept.state_of(obj) for obj in self._also],
             "watchers": [w.checkpoint() for w in self._resumable],
         }
+        ranks = self._ranks
+        if ranks is not None:  # one checkpoint for the job, written by rank 0 (_checkpoint.py)
+            fit_rng = None if self._fit_at is None else self._fit_at[2]
+            value["ranks"] = _kept.per_rank(ranks, self._params, fit_rng)
+            if ranks.rank != 0:
+                return None
         return store.keep(name, value)
 
     def resume(self, store=None, name=None):
@@ -638,6 +695,11 @@ class Trainer:
             return False
         value = _kept.checked(store.recall(name), name, store, self._params, self.schedule, self.scaler,
                               self._also, self._resumable)
+        mine = _kept.own_part(value, self._ranks, name)
+        if mine is not None:  # this rank's own streams and gradients
+            value["rng"], value["grads"] = mine["rng"], mine["grads"]
+            if value["fit"] is not None and mine["fit"] is not None:
+                value["fit"]["rng"], value["fit"]["generator"] = mine["fit"]
         load(self.g, value["weights"])
         _kept.load_optimizer(self.optimizer, value["optimizer"], name)
         _kept.put_grads(self._params, value["grads"])
@@ -756,6 +818,15 @@ class Trainer:
             for i, lr in enumerate(self._lrs):
                 lr = lr if lr.__class__ is float else float(lr)
                 emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
+            if self._rank_us is not None:  # every rank's own work in this step (_distributed.py)
+                said = [{"fact": "rank_us", "rank": rank, "value": None} for rank in range(self._ranks.size)]
+                if self.read_every > 1:
+                    self._reading.owe(self._rank_us, said)  # read off the device with the losses
+                else:
+                    for fact, us in zip(said, self._rank_us.tolist()):
+                        fact["value"] = us
+                for fact in said:
+                    emit(fact)
         if self._clock is not None and self._clock.armed:
             self._clock.hand_over()
         if len(self._losses) >= self.read_every or began >= self._read_due:

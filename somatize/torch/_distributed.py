@@ -1,0 +1,219 @@
+"""Data parallel: one model trained on the ranks of a torch.distributed process group.
+
+The rule kept here: every rank holds the same weights after every update, and
+an update is exactly one step on the concatenation of every rank's batches.
+The graph never knows: the Trainer synchronises at the update, nowhere else.
+
+Explicit collectives, not ``DistributedDataParallel``: a graph is many nodes,
+each with its own modules, not one ``nn.Module`` whose forward DDP could
+wrap, and the Trainer already owns the moment of the update (``every=N``,
+``micro=N``, a group closed early). So at the update, and only there, the
+gradients of the optimizer's parameters are flattened into buckets (one per
+dtype and device, at most ``BUCKET_BYTES`` each) and all-reduced, each
+bucket's collective launched before the first is waited for. There is no
+``no_sync`` to forget: the pieces and steps of a group only accumulate
+locally. The cost against DDP: no overlap of the all-reduce with the
+backward (bench/RESULTS.md, data parallel, measures what it costs here).
+Frozen nodes take no part (their parameters are not the optimizer's).
+
+What one all-reduce carries, besides the gradients (``extras``, float64 or
+the gradients' float dtype): for each parameter whether this rank has a
+gradient for it (a parameter no rank touched keeps ``grad = None``, as in
+one process), the examples in the rank's group, the step's loss times its
+examples and those examples, and each rank's busy time (its slot, the others
+zero, so the sum is every rank's). Each rank's gradient is the mean over its
+group; it is multiplied by its examples, summed and divided by the total:
+the mean over every example of every rank, exact when ranks hold different
+counts too. The step's loss is made the same way: the loss recorded is the
+all-reduced mean over every rank's examples (``ranks`` in the record says
+how many ranks). A step that closes no group (``every=N``) all-reduces only
+its loss and clocks: one small collective a step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from .._base.errors import RankLost, SomatizeTypeError, SomatizeValueError
+
+BUCKET_BYTES = 25 * 2**20
+_FLOATS = (torch.float64, torch.float32)
+
+
+def ranks_of(group):
+    """The Trainer's ``group=``: None (the default group when
+    torch.distributed is initialised), a process group, or False (train in
+    this process alone). Returns a ``Ranks`` or None (one process)."""
+    import torch.distributed as dist
+
+    if group is False:
+        return None
+    if group is None:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+    elif not isinstance(group, dist.ProcessGroup):
+        raise SomatizeTypeError(
+            f"group= takes a torch.distributed process group, None (the default group once "
+            f"init_process_group ran) or False (train alone); got {type(group).__name__}"
+        )
+    ranks = Ranks(group)
+    return ranks if ranks.size > 1 else None
+
+
+class Ranks:
+    """The ranks of a process group, as the Trainer uses them."""
+
+    def __init__(self, group):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.src = 0 if group is None else dist.get_global_rank(group, 0)  # rank 0 of the group, globally
+        nccl = dist.get_backend(group) == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None  # where collectives run
+
+    def broadcast(self, tensors, what):
+        """Rank 0's values of ``tensors`` put on every rank, in place."""
+        with torch.no_grad():
+            for t in tensors:
+                self._collective(what, lambda t=t: self.dist.broadcast(t, self.src, group=self.group))
+
+    def check_frozen(self, fingerprints):
+        """Refuse frozen nodes whose fingerprints (code and weights) differ
+        from rank 0's: a frozen node is settled, so it is not broadcast."""
+        names = sorted(fingerprints)
+        if not names:
+            return
+        mine = torch.tensor([list(hashlib.sha256(str(fingerprints[k]).encode()).digest()) for k in names],
+                            dtype=torch.uint8)
+        every = self.gather(mine, "comparing the frozen nodes' fingerprints")
+        differ = sorted({names[i] for other in every[1:] for i in range(len(names))
+                         if not torch.equal(other[i], every[0][i])})
+        if differ:
+            ranks = [r for r, other in enumerate(every) if not torch.equal(other, every[0])]
+            raise SomatizeValueError(
+                f"frozen node(s) {differ} differ between ranks: rank(s) {ranks} hold other code or weights "
+                "than rank 0. A frozen node is settled and takes no part in training, so its weights are not "
+                "broadcast: load the same weights on every rank (one export kept in the store, recalled by "
+                "each) before making the Trainer"
+            )
+
+    def sync(self, params, examples, loss, n, busy_us):
+        """The update's all-reduce: gradients averaged over every example of
+        every rank, in place. ``loss`` (a 0-d tensor, the mean of the step's
+        ``n`` examples here) or None. Returns (the loss over every rank's
+        examples or None, each rank's busy µs), tensors left on the device:
+        nothing here waits for it unless this rank lacks a gradient (then it
+        reads which parameters some rank has one for)."""
+        device = params[0].device if params else torch.device("cpu")
+        flags = [0.0 if p.grad is None else 1.0 for p in params]
+        by_kind: dict = {}
+        for i, p in enumerate(params):
+            by_kind.setdefault((p.dtype, p.device), []).append(i)
+        buckets = []  # (indices, flat)
+        for indices in by_kind.values():
+            part, size = [], 0
+            for i in indices:
+                p = params[i]
+                part.append(i)
+                size += p.numel() * p.element_size()
+                if size >= BUCKET_BYTES:
+                    buckets.append(part)
+                    part, size = [], 0
+            if part:
+                buckets.append(part)
+        flats = []
+        for part in buckets:
+            pieces = [(params[i].grad if params[i].grad is not None else torch.zeros_like(params[i])).reshape(-1)
+                      for i in part]
+            flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
+            flat.mul_(examples)
+            flats.append(flat)
+        # the extras ride in the first bucket of a float dtype on the first parameter's device, else alone
+        host = next((k for k, f in enumerate(flats) if f.dtype in _FLOATS and f.device == device), None)
+        dtype = flats[host].dtype if host is not None else torch.float64
+        extras = self._extras(flags, examples, loss, n, busy_us, dtype, device)
+        if host is not None:
+            cut = flats[host].numel()
+            flats[host] = torch.cat([flats[host], extras])
+        works = [self._collective("the gradients' all-reduce", lambda f=f: self.dist.all_reduce(
+            f, group=self.group, async_op=True)) for f in flats]
+        if host is None:
+            works.append(self._collective("the gradients' all-reduce", lambda: self.dist.all_reduce(
+                extras, group=self.group, async_op=True)))
+        for w in works:
+            self._collective("the gradients' all-reduce", w.wait)
+        if host is not None:
+            extras = flats[host][cut:]
+            flats[host] = flats[host][:cut]
+        p_count = len(params)
+        # A rank with every gradient knows every parameter has one somewhere; only one lacking some reads the flags
+        has = None if all(flags) else extras[:p_count].tolist()
+        total = extras[p_count]
+        for part, flat in zip(buckets, flats):
+            flat.div_(total)
+            at = 0
+            for i in part:
+                p = params[i]
+                k = p.numel()
+                if has is None or has[i] > 0:
+                    if p.grad is None:
+                        p.grad = flat[at:at + k].view_as(p).clone()
+                    else:
+                        p.grad.copy_(flat[at:at + k].view_as(p))
+                at += k
+        return self._loss_and_clocks(extras[p_count + 1:], loss)
+
+    def sync_loss(self, loss, n, busy_us):
+        """A step that closes no group: its loss over every rank's examples, and each rank's busy µs."""
+        extras = self._extras([], 0, loss, n, busy_us, torch.float64, loss.device)
+        self._collective("the loss's all-reduce", lambda: self.dist.all_reduce(extras, group=self.group))
+        return self._loss_and_clocks(extras[1:], loss)
+
+    def summed(self, values, what):
+        """Floats summed over every rank (float64)."""
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self._collective(what, lambda: self.dist.all_reduce(t, group=self.group))
+        return t.tolist()
+
+    def gather(self, tensor, what):
+        """``tensor`` (same shape and dtype on every rank) from every rank, in rank order."""
+        sent = tensor.contiguous() if self.device is None else tensor.to(self.device)
+        out = [torch.empty_like(sent) for _ in range(self.size)]
+        self._collective(what, lambda: self.dist.all_gather(out, sent, group=self.group))
+        return out if self.device is None else [t.to(tensor.device) for t in out]
+
+    def _extras(self, flags, examples, loss, n, busy_us, dtype, device):
+        clocks = [0.0] * self.size
+        clocks[self.rank] = float(busy_us)
+        head = torch.tensor(flags + [float(examples)], dtype=dtype, device=device)
+        weighted = (loss.detach().to(dtype) * n).reshape(1) if loss is not None else torch.zeros(1, dtype=dtype,
+                                                                                               device=device)
+        tail = torch.tensor([float(n)] + clocks, dtype=dtype, device=device)
+        return torch.cat([head, weighted.to(device), tail])
+
+    @staticmethod
+    def _loss_and_clocks(extras, loss):
+        """From [loss * n summed, n summed, each rank's µs]: the loss (a 0-d tensor) and the µs (a tensor)."""
+        return (None if loss is None else (extras[0] / extras[1]).to(loss.dtype)), extras[2:]
+
+    def _collective(self, what, call):
+        try:
+            return call()
+        except RuntimeError as e:  # torch.distributed's errors (DistBackendError, timeouts) are RuntimeErrors
+            others = [r for r in range(self.size) if r != self.rank]
+            raise RankLost(
+                f"rank {self.rank} of {self.size}: {what} failed, so another rank ({_listed(others)}) "
+                f"is gone (killed, or it raised) or stopped answering within the process group's timeout. "
+                f"torch.distributed said: {str(e).strip().splitlines()[0][:300]}. The launcher names the "
+                "rank that was lost; resume the job from its last checkpoint on the same number of ranks.",
+                rank=self.rank,
+            ) from e
+
+
+def _listed(ranks):
+    return ranks[0] if len(ranks) == 1 else "one of " + ", ".join(str(r) for r in ranks)

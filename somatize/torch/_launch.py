@@ -1,0 +1,235 @@
+"""``launch(fn, *args, nprocs=N)``: a training function run on N forked
+processes, the ranks of one process group, from a notebook or a script.
+
+The rule kept here: the launching process never hangs on a job that cannot
+finish, and is told which rank was lost. Each rank is a fork of this
+process (so ``fn`` and its arguments are never pickled: a notebook's own
+functions work), dies with its parent (``PR_SET_PDEATHSIG``), and joins the
+group with ``timeout_s`` on every collective. When a rank dies (a signal, an
+exit without a word) the others' next collective fails (gloo sees the
+connection close, or the timeout passes) and they end with ``RankLost``;
+whatever is still alive ``timeout_s`` plus a grace after the first rank
+ended badly is killed. The launcher then raises ``RankLost`` naming the
+rank that died and how.
+
+What comes back is rank 0's return value, sent as JSON through a pipe
+(orjson; no pickle): None, bools, ints, floats (exactly, float64), strings,
+lists and dicts with str keys. A rank that raises sends its traceback as
+text, raised here as ``LaunchError`` naming the rank.
+
+CUDA cannot survive a fork: a process that initialised it is refused
+(``LaunchError``) before anything is forked. With CUDA available and as many
+devices as ranks, the ranks use NCCL, rank i on device i (CUDA first touched
+in the child); else gloo on CPU, each rank given its share of the cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+import traceback
+
+import orjson
+
+from .._base.errors import LaunchError, RankLost, SomatizeTypeError, SomatizeValueError
+
+GRACE_S = 15  # after the group's timeout: how long the launcher waits for the ranks left before killing them
+_PR_SET_PDEATHSIG = 1
+
+
+def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on ``nprocs`` forked processes, ranks 0
+    to nprocs-1 of one ``torch.distributed`` process group (``backend``:
+    ``"gloo"`` or ``"nccl"``, by default NCCL when CUDA has a device for each
+    rank, else gloo), every collective bounded by ``timeout_s`` seconds.
+    Inside ``fn``, a ``Trainer`` trains data-parallel across the ranks and
+    ``torch.distributed.get_rank()`` says which one it is. Returns what rank
+    0 returns (JSON-like plain data). Raises ``RankLost`` naming a rank that
+    died, ``LaunchError`` naming one that raised. Linux (fork, pidfd,
+    PR_SET_PDEATHSIG)."""
+    import torch
+
+    if not callable(fn):
+        raise SomatizeTypeError(f"launch(fn, ...) takes the function each rank runs; got {type(fn).__name__}")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise SomatizeValueError(f"nprocs={nprocs!r}: give the number of ranks, a positive integer, like nprocs=2")
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise SomatizeValueError(f"timeout_s={timeout_s!r}: give the collectives' timeout in seconds, like 60")
+    if torch.cuda.is_initialized():
+        raise LaunchError(
+            "CUDA is already initialised in this process, and a forked rank cannot use it (the fork would "
+            "crash). Restart the kernel and call launch(...) before anything touches CUDA (no .cuda(), "
+            "no torch.cuda.* call that allocates), creating the model on the device inside fn; or run a "
+            "script with python -m torch.distributed.run --nproc-per-node=N script.py"
+        )
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        raise LaunchError("torch.distributed is already initialised in this process: launch(...) starts its own "
+                          "process group in each rank; call it from a process that has none")
+    if backend is None:
+        # device_count asks NVML first, so the parent's CUDA stays untouched (is_available would init the
+        # driver, and a forked rank could not use CUDA then)
+        backend = "nccl" if torch.cuda.device_count() >= nprocs else "gloo"
+    port = _free_port()
+    parent = os.getpid()
+    children = {}  # pid -> (rank, read end of its pipe)
+    for rank in range(nprocs):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the rank: never returns
+            os.close(read)
+            _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwargs)
+        os.close(write)
+        children[pid] = (rank, read)
+    return _outcome(_wait(children, timeout_s), nprocs)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwargs):
+    code, message = 1, {}
+    try:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (AttributeError, OSError):  # not Linux: the group's timeout still bounds the job
+            pass
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+        import torch
+        import torch.distributed as dist
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                          WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs))
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        else:  # the ranks share the cores, as torchrun's OMP_NUM_THREADS does
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // nprocs))
+        dist.init_process_group(backend, rank=rank, world_size=nprocs,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        value = fn(*args, **kwargs)
+        if rank == 0:
+            try:
+                message = {"value": orjson.loads(orjson.dumps(value))}
+            except (TypeError, orjson.JSONEncodeError):
+                message = {"error": f"rank 0 returned a {type(value).__name__}, which launch sends back as JSON "
+                                    "and cannot: return plain data (numbers, strings, lists, dicts with str keys; "
+                                    "a tensor as t.tolist())", "type": "SomatizeTypeError"}
+                raise SomatizeTypeError(message["error"]) from None
+        code = 0
+        dist.destroy_process_group()
+    except BaseException as e:
+        sys.last_exc = sys.last_value = e  # what the record says ended its run (record/_flusher)
+        if "error" not in message:
+            message = {"error": "".join(traceback.format_exception(e)), "type": type(e).__name__}
+    finally:
+        try:
+            from ..record import _flusher
+
+            _flusher._close_all()  # a Recorder left open: flushed, and its run interrupted with its cause
+        except BaseException:
+            pass
+        try:
+            data = orjson.dumps(message)
+            while data:
+                data = data[os.write(write, data):]
+        except BaseException:
+            pass
+        os._exit(code)
+
+
+def _wait(children, timeout_s):
+    """Each rank's (rank, how it ended, its message), once all have ended or
+    been killed ``timeout_s + GRACE_S`` after the first ended badly."""
+    sel = selectors.DefaultSelector()
+    got, ended, order = {}, {}, []  # order: the ranks' pids as they ended
+    for pid, (_, read) in children.items():
+        sel.register(read, selectors.EVENT_READ, ("pipe", pid))
+        sel.register(os.pidfd_open(pid), selectors.EVENT_READ, ("pid", pid))
+        got[pid] = b""
+    deadline = None
+    try:
+        while len(ended) < len(children):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = sel.select(wait)
+            if not events and deadline is not None and time.monotonic() >= deadline:
+                for pid in children:
+                    if pid not in ended:
+                        os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + GRACE_S
+                continue
+            for key, _ in events:
+                kind, pid = key.data
+                if kind == "pipe":
+                    chunk = os.read(key.fd, 1 << 16)
+                    got[pid] += chunk
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        os.close(key.fd)
+                    continue
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                ended[pid] = status
+                order.append(pid)
+                if status != 0 and deadline is None:
+                    deadline = time.monotonic() + timeout_s + GRACE_S
+        for key in list(sel.get_map().values()):  # what the pipes still hold
+            if key.data[0] == "pipe":
+                while chunk := os.read(key.fd, 1 << 16):
+                    got[key.data[1]] += chunk
+                sel.unregister(key.fd)
+                os.close(key.fd)
+    except BaseException:  # Ctrl-C in the notebook: the ranks go too
+        for pid in children:
+            if pid not in ended:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass
+        raise
+    finally:
+        sel.close()
+    out = []
+    for pid, (rank, _) in children.items():
+        try:
+            message = orjson.loads(got[pid]) if got[pid] else None
+        except orjson.JSONDecodeError:
+            message = None
+        out.append((rank, pid, ended[pid], message, order.index(pid)))
+    return sorted(out)
+
+
+def _outcome(ranks, nprocs):
+    # the first rank to end without a word is the one lost (one the launcher killed later was left hanging)
+    lost = [(rank, pid, status) for rank, pid, status, message, _ in sorted(ranks, key=lambda r: r[4])
+            if os.WIFSIGNALED(status) or message is None or (status != 0 and "error" not in message)]
+    # the rank that raised first is the cause; the others' collectives then failed (RankLost, or torch's error)
+    raised = [(rank, message) for rank, _, _, message, _ in sorted(ranks, key=lambda r: r[4])
+              if message and "error" in message]
+    if lost:
+        rank, pid, status = lost[0]
+        how = (f"was killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exited with status {os.WEXITSTATUS(status)} without a word")
+        others = "; ".join(f"rank {r}: {m['type']}" for r, m in raised) or "none raised"
+        raise RankLost(
+            f"rank {rank} of {nprocs} (pid {pid}) {how}; the other ranks stopped ({others}). "
+            "Its run, if it recorded one, lists as interrupted; relaunch on the same number of ranks to "
+            "resume from the last checkpoint.", lost=rank)
+    first = next(((r, m) for r, m in raised if m["type"] != "RankLost"), raised[0] if raised else None)
+    if first is not None:
+        rank, message = first
+        text = f"rank {rank} of {nprocs} raised {message['type']}:\n{message['error']}"
+        raise (RankLost if message["type"] == "RankLost" else LaunchError)(text, rank=rank)
+    return next(m for r, _, _, m, _ in ranks if r == 0).get("value")

@@ -1,0 +1,176 @@
+"""What the ranks of the data-parallel tests run (tests/test_ddp.py): each
+rank trains on its share of every batch, and rank 0 returns plain data
+(launch sends it back as JSON)."""
+
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+from somatize import Recorder
+from somatize.torch import Trainer, parameters
+
+from torch_models import Body, batches, built
+
+MSE = torch.nn.functional.mse_loss
+STEPS, BATCH = 6, 12
+
+
+def flat(g):
+    return torch.cat([p.detach().reshape(-1) for p in parameters(g)])
+
+
+def schedule_of(opt, scheduled):
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7) if scheduled else None
+
+
+def shares(every, micro, clip, scheduled):
+    """Train on this rank's 1/N of every batch; after every update, whether
+    the weights are bitwise the same on every rank. Returns (rank 0's)
+    weights, the losses each step said, and that check."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=100 + rank, dtype=torch.float64)  # each rank built its own: the Trainer broadcasts rank 0's
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    t = Trainer(g, MSE, opt, every=every, micro=micro, clip=clip, schedule=schedule_of(opt, scheduled))
+    same, losses = [], []
+    for x, y in batches(STEPS, n=BATCH, dtype=torch.float64):
+        before = t.updates
+        losses.append(float(t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))))
+        if t.updates != before:
+            mine = flat(g)
+            same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    if t.close_group():
+        mine = flat(g)
+        same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    return {"weights": flat(g).tolist(), "losses": losses, "same": same, "updates": t.updates}
+
+
+def _gathered(t, size):
+    out = [torch.empty_like(t) for _ in range(size)]
+    dist.all_gather(out, t)
+    return out
+
+
+def resumed(store, die_at=None, die_rank=0):
+    """Dropout (each rank's own random stream), every=2, a checkpoint every
+    3 steps (one mid-group), a Recorder on every rank (rank 0's writes);
+    rank ``die_rank`` SIGKILLs itself as step ``die_at`` begins."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(7 + rank)
+    g = built(seed=0, dtype=torch.float64)
+    torch.manual_seed(0)
+    g.node("body").net = Body(dropout=0.3).net.to(torch.float64)
+    torch.manual_seed(50 + rank)
+    opt = torch.optim.SGD(parameters(g), lr=1e-2, momentum=0.9)
+    rec = Recorder(store, run="ddp", resume=True)
+    t = Trainer(g, MSE, opt, every=2, watching=rec, store=store, checkpoint="ddp/checkpoint", checkpoint_every=3)
+    data = batches(12, n=BATCH, dtype=torch.float64)
+    for i in range(t.steps, len(data)):
+        if i == die_at and rank == die_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = data[i]
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    t.close_group()
+    rec.close()
+    return {"weights": flat(g).tolist(), "recording": rec.recording}
+
+
+def raises_on(rank_that_raises):
+    if dist.get_rank() == rank_that_raises:
+        raise ValueError("a bad batch on this rank")
+    dist.barrier()
+    return "unreachable"
+
+
+def returns_tensor():
+    return torch.zeros(2)
+
+
+def fitted(store, die_at=None, die_rank=1):
+    """fit over a DataLoader with a shuffled DistributedSampler, dropout,
+    2 epochs, an evaluation after each on a held-out DistributedSampler
+    share, a checkpoint every 3 steps; rank ``die_rank`` SIGKILLs itself in
+    its objective's call ``die_at``. Rank 0 returns its weights, the
+    evaluations said, and the held-out loss a hand-written loop measures on
+    the whole held-out set with the final weights."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    rank = dist.get_rank()
+    torch.manual_seed(3 + rank)
+    g = built(seed=0, dtype=torch.float64)
+    torch.manual_seed(0)
+    g.node("body").net = Body(dropout=0.2).net.to(torch.float64)
+    torch.manual_seed(30 + rank)
+    data = batches(6, n=12, dtype=torch.float64)
+    x, y = torch.cat([b[0] for b in data]), torch.cat([b[1] for b in data])
+    train, held = TensorDataset(x[:48], y[:48]), TensorDataset(x[48:], y[48:])
+    loader = DataLoader(train, batch_size=6, sampler=DistributedSampler(train, shuffle=True, seed=5))
+    held_out = DataLoader(held, batch_size=4, sampler=DistributedSampler(held, shuffle=False))
+    calls = [0]
+
+    def objective(out, target):
+        calls[0] += 1
+        if calls[0] == die_at and rank == die_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return MSE(out, target)
+
+    said = []
+    rec = Recorder(store, run="fit", resume=True)
+    t = Trainer(g, objective, torch.optim.Adam(parameters(g), lr=1e-2), every=2, store=store,
+                checkpoint="fit/checkpoint", checkpoint_every=3, watching=[rec])
+    t.fit(loader, epochs=2, progress=False, evaluate=held_out)
+    rec.close()
+    from somatize.record import curve
+
+    if rank == 0:
+        said = [float(v) for v in curve(store, run="fit", name="val_loss")]
+    net = torch.nn.Sequential(g.node("body").net, g.node("head").out).eval()
+    with torch.no_grad():
+        whole = float(MSE(net(held.tensors[0]), held.tensors[1]))
+    return {"weights": flat(g).tolist(), "val_loss": said, "whole": whole, "steps": t.steps}
+
+
+def frozen_body(differ):
+    """A frozen body and a trained head; ``differ``: each rank built its body
+    from its own seed. Returns the head's weights after 4 steps, or the error."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=(rank if differ else 0), dtype=torch.float64, frozen_body=True)
+    torch.manual_seed(9 + rank)
+    g.node("head").out.reset_parameters()  # trained nodes may differ: rank 0's are broadcast
+    try:
+        t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=1e-2))
+    except ValueError as e:
+        return {"error": type(e).__name__, "message": str(e)}
+    for x, y in batches(4, n=BATCH, dtype=torch.float64):
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    return {"weights": flat(g).tolist(), "body": torch.cat([p.reshape(-1) for p in g.node("body").parameters()])
+            .tolist()}
+
+
+def host_syncs(store, every):
+    """Rank 0 watched by a Recorder, read_every=16, 16 steps under HostSyncs:
+    how many reads off the device each step made (the update's all-reduce
+    included)."""
+    from somatize.torch import _reading
+
+    from torch_models import HostSyncs
+
+    _reading.READ_AT_MOST_NS = 10**15  # the read by time, out of the way (this rank's own process)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0)
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    rec = Recorder(store, run="syncs")
+    t = Trainer(g, MSE, opt, watching=rec, read_every=16, instruments=False, every=every)
+    data = batches(32, n=16)
+    for x, y in data[:16]:
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    t.deliver()
+    per_step = []
+    with HostSyncs(opt) as syncs:
+        for x, y in data[16:]:
+            before = syncs.count
+            t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+            per_step.append(syncs.count - before)
+    rec.close()
+    return per_step

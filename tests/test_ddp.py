@@ -1,0 +1,211 @@
+"""Data parallel on real gloo ranks (real forked processes, each process
+group with a timeout): N ranks each given 1/N of every batch equal one
+process given the whole batch, which a hand-written torch loop (the oracle)
+trains; weights bitwise equal across ranks after every update; a job killed
+and relaunched equals one never stopped; a rank lost is named."""
+
+import copy
+
+import pytest
+import torch
+
+import somatize
+from somatize import Store
+from somatize.cli import check_report
+from somatize.record import curve, runs
+from somatize.torch import launch
+
+import ddp_tasks
+from torch_models import batches, built
+
+TIMEOUT_S = 30
+
+
+def oracle(every, clip, scheduled):
+    """A plain torch loop: one update per group of `every` whole batches, on their concatenation."""
+    g = built(seed=100, dtype=torch.float64)
+    net = torch.nn.Sequential(copy.deepcopy(g.node("body").net), copy.deepcopy(g.node("head").out))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    sched = ddp_tasks.schedule_of(opt, scheduled)
+    data = batches(ddp_tasks.STEPS, n=ddp_tasks.BATCH, dtype=torch.float64)
+    losses = []
+    for at in range(0, len(data), every):
+        group = data[at:at + every]
+        with torch.no_grad():
+            losses += [float(ddp_tasks.MSE(net(x), y)) for x, y in group]
+        x, y = torch.cat([b[0] for b in group]), torch.cat([b[1] for b in group])
+        ddp_tasks.MSE(net(x), y).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(net.parameters()), clip)
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()]), losses
+
+
+CASES = {"plain": (1, 1, None, False), "every=3": (3, 1, None, False), "micro=2": (1, 2, None, False),
+         "every=2,micro=2": (2, 2, None, False), "clip": (1, 1, 0.05, False), "schedule": (2, 1, None, True)}
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("case", list(CASES))
+def test_ranks_given_shares_of_each_batch_train_as_one_process_on_the_whole_batch(case, nprocs):
+    every, micro, clip, scheduled = CASES[case]
+    got = launch(ddp_tasks.shares, every, micro, clip, scheduled, nprocs=nprocs, timeout_s=TIMEOUT_S)
+    want, losses = oracle(every, clip, scheduled)
+    assert got["updates"] == -(-ddp_tasks.STEPS // every)
+    assert got["same"] == [True] * got["updates"]  # bitwise, after every update
+    assert (torch.tensor(got["weights"], dtype=torch.float64) - want).abs().max().item() <= 1e-9
+    # the loss each step says is the mean over every rank's examples, not rank 0's
+    assert max(abs(a - b) for a, b in zip(got["losses"], losses)) <= 1e-9
+
+
+def test_a_job_killed_and_relaunched_on_as_many_ranks_equals_one_never_stopped(tmp_path):
+    whole = launch(ddp_tasks.resumed, str(tmp_path / "whole"), nprocs=2, timeout_s=TIMEOUT_S)
+    store = str(tmp_path / "killed")
+    with pytest.raises(somatize.RankLost) as lost:
+        launch(ddp_tasks.resumed, store, 8, nprocs=2, timeout_s=TIMEOUT_S)
+    assert lost.value.lost == 0 and "rank 0 of 2" in str(lost.value) and "SIGKILL" in str(lost.value)
+    again = launch(ddp_tasks.resumed, store, nprocs=2, timeout_s=TIMEOUT_S)
+    assert again["recording"] is True
+    diff = torch.tensor(again["weights"], dtype=torch.float64) - torch.tensor(whole["weights"], dtype=torch.float64)
+    assert diff.abs().max().item() <= 1e-12
+    table = runs(store)
+    assert list(table["run"]) == ["ddp"] and table.loc[0, "state"] == "finished"
+    assert table.loc[0, "forwards"] == 12  # one run, every step once, whatever rank 1 did
+    report, clean = check_report(store)
+    assert clean, report
+
+
+def test_a_rank_killed_mid_run_is_named_and_the_run_lists_interrupted(tmp_path):
+    store = str(tmp_path / "s")
+    with pytest.raises(somatize.RankLost) as lost:
+        launch(ddp_tasks.resumed, store, 5, 1, nprocs=3, timeout_s=TIMEOUT_S)
+    assert lost.value.lost == 1
+    assert "rank 1 of 3" in str(lost.value) and "SIGKILL" in str(lost.value)
+    # the others stopped with the clear error at their next collective, not a hang
+    assert "rank 0: RankLost" in str(lost.value) and "rank 2: RankLost" in str(lost.value)
+    table = runs(store)
+    assert list(table["run"]) == ["ddp"] and table.loc[0, "state"] == "interrupted"
+    assert len(curve(store, run="ddp", name="loss")) == 5  # steps 0-4: every fact said before the loss, flushed
+    report, clean = check_report(store)  # what `somatize check` says
+    assert clean, report
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback():
+    with pytest.raises(somatize.LaunchError) as e:
+        launch(ddp_tasks.raises_on, 1, nprocs=2, timeout_s=TIMEOUT_S)
+    assert e.value.rank == 1 and "ValueError: a bad batch on this rank" in str(e.value)
+
+
+def test_rank_0_returning_what_json_cannot_carry_is_refused_naming_the_fix():
+    with pytest.raises(somatize.LaunchError, match=r"returned a Tensor.*t\.tolist\(\)"):
+        launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=TIMEOUT_S)
+
+
+def test_a_script_under_torchrun_trains_unchanged_and_records_one_run_with_each_ranks_time(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(here), here]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                           os.path.join(here, "ddp_script.py"), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rank 0: recording=True" in done.stdout and "rank 1: recording=False" in done.stdout
+    table = runs(str(tmp_path))
+    assert list(table["run"]) == ["torchrun"] and table.loc[0, "state"] == "finished"
+    assert table.loc[0, "forwards"] == 8
+    assert list(curve(str(tmp_path), run="torchrun", name="ranks")) == [2]
+    for rank in (0, 1):  # each rank's own time, said on the steps that say their clocks (the first 10 here)
+        assert len(curve(str(tmp_path), run="torchrun", name=f"rank_us/rank{rank}")) == 8
+
+
+def test_a_recorder_made_on_another_rank_than_0_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    rec = somatize.Recorder(str(tmp_path), run="r")
+    assert isinstance(rec, somatize.Recorder) and rec.recording is False
+    rec({"fact": "loss", "value": 1.0})
+    rec.close()
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setenv("RANK", "0")
+    with somatize.Recorder(str(tmp_path), run="r") as rec:
+        assert rec.recording is True
+
+
+def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_path):
+    from somatize.record import spent
+
+    store = Store(tmp_path / "s")
+    mean = {0: 1000, 1: 1300, 2: 1100}  # each rank's own µs a step, chosen (no clock)
+    with somatize.Recorder(store, run="r") as rec:
+        rec({"fact": "ranks", "value": 3})
+        for i in range(5):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
+            rec({"fact": "finished", "took_us": 12})
+            rec({"fact": "loss", "value": 1.0})
+            for rank, us in mean.items():
+                rec({"fact": "rank_us", "rank": rank, "value": 99_999 if i == 0 else us})  # step 0: warm-up
+    s = spent(store, run="r")
+    assert [(r["rank"], r["mean_us"], r["steps"]) for r in s.ranks] == [(0, 1000, 4), (1, 1300, 4), (2, 1100, 4)]
+    assert s.straggler["rank"] == 1 and s.straggler["fastest"] == 0 and s.straggler["over_us"] == 300
+    said = "rank 1 is the straggler: its steps take 1.3 ms, 300 µs (30%) more than rank 0's"
+    assert said in repr(s)
+    assert "rank 1 is the straggler" in s.to_html()
+
+
+def test_fit_over_a_distributed_sampler_killed_mid_epoch_resumes_exactly_and_evaluates_over_every_rank(tmp_path):
+    whole = launch(ddp_tasks.fitted, str(tmp_path / "whole"), nprocs=2, timeout_s=TIMEOUT_S)
+    assert whole["steps"] == 8  # 48 examples, 24 a rank, 6 a batch, 2 epochs
+    # the held-out loss said at the end is over both ranks' shares: the whole held-out set's
+    assert abs(whole["val_loss"][-1] - whole["whole"]) <= 1e-12 and len(whole["val_loss"]) == 2
+    store = str(tmp_path / "killed")
+    with pytest.raises(somatize.RankLost) as lost:
+        launch(ddp_tasks.fitted, store, 6, nprocs=2, timeout_s=TIMEOUT_S)  # step 5, in the second epoch
+    assert lost.value.lost == 1
+    again = launch(ddp_tasks.fitted, store, nprocs=2, timeout_s=TIMEOUT_S)
+    diff = torch.tensor(again["weights"], dtype=torch.float64) - torch.tensor(whole["weights"], dtype=torch.float64)
+    assert diff.abs().max().item() <= 1e-12
+    assert again["val_loss"] == pytest.approx(whole["val_loss"], abs=1e-12)
+
+
+def test_frozen_nodes_take_no_part_and_must_agree_across_ranks():
+    got = launch(ddp_tasks.frozen_body, False, nprocs=2, timeout_s=TIMEOUT_S)
+    g = built(seed=0, dtype=torch.float64, frozen_body=True)
+    torch.manual_seed(9)
+    g.node("head").out.reset_parameters()
+    body = torch.cat([p.detach().reshape(-1) for p in g.node("body").parameters()])
+    opt = torch.optim.SGD(g.node("head").parameters(), lr=1e-2)
+    net = torch.nn.Sequential(g.node("body").net, g.node("head").out)
+    for x, y in batches(4, n=ddp_tasks.BATCH, dtype=torch.float64):  # the oracle: the head alone, whole batches
+        ddp_tasks.MSE(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    assert torch.equal(torch.tensor(got["body"], dtype=torch.float64), body)  # the frozen body never moved
+    want = torch.cat([p.detach().reshape(-1) for p in g.node("head").parameters()])
+    assert (torch.tensor(got["weights"], dtype=torch.float64) - want).abs().max().item() <= 1e-9
+
+    refused = launch(ddp_tasks.frozen_body, True, nprocs=2, timeout_s=TIMEOUT_S)
+    assert refused["error"] == "SomatizeValueError"
+    assert "frozen node(s) ['body'] differ between ranks: rank(s) [1]" in refused["message"]
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_data_parallel_step_reads_nothing_off_the_device_but_the_bulk_read(tmp_path, every):
+    per_step = launch(ddp_tasks.host_syncs, str(tmp_path), every, nprocs=2, timeout_s=TIMEOUT_S)
+    assert per_step[:15] == [0] * 15  # the all-reduce's loss and ranks' clocks stay tensors until the read
+    assert per_step[15] == 1  # the 16th step's end reads the losses and the clocks held, in one go
+    clocks = curve(str(tmp_path), run="syncs", name="rank_us/rank1")  # rank 1's time, read off in bulk too
+    assert len(clocks) >= 11 and (clocks > 0).all()  # steps 0-9 and 20 say their clocks (and any a second late)
+
+
+def test_a_checkpoint_kept_on_two_ranks_is_refused_on_three_naming_why(tmp_path):
+    store = str(tmp_path / "s")
+    with pytest.raises(somatize.RankLost):
+        launch(ddp_tasks.resumed, store, 4, nprocs=2, timeout_s=TIMEOUT_S)  # a checkpoint at step 3, then lost
+    with pytest.raises(somatize.LaunchError, match=r"kept by a job of 2 ranks, and this one runs on 3 ranks"):
+        launch(ddp_tasks.resumed, store, nprocs=3, timeout_s=TIMEOUT_S)
