@@ -60,8 +60,9 @@ def parallel_svg(data, *, title, missing_at=-0.12, width=WIDE, height=HEIGHT):
         if axis["brush"] is not None:
             a, b = axis["brush"]
             y0, y1 = py(max(b, lo)), py(max(a, lo))
-            parts.append(f'<rect class="brush" x="{x - 7:.1f}" y="{y0:.1f}" width="14" height="{max(2.0, y1 - y0):.1f}" '
-                         f'rx="2" style="fill:{SERIES[0]};fill-opacity:0.22;stroke:{SERIES[0]};stroke-width:1"/>')
+            parts.append(f'<rect class="brush" x="{x - 7:.1f}" y="{y0:.1f}" width="14" '
+                         f'height="{max(2.0, y1 - y0):.1f}" rx="2" '
+                         f'style="fill:{SERIES[0]};fill-opacity:0.22;stroke:{SERIES[0]};stroke-width:1"/>')
         parts.append(_text(x, 16, _fit(axis["label"], col - 4, 12), 12, INK, "middle", "600", 'class="axis-label"'))
         parts.append(_text(x, 31, axis["note"], 11, MUTED, "middle", extra='class="axis-note"'))
     parts.append(f'<line x1="{side}" y1="{top_m - 6}" x2="{width - side}" y2="{top_m - 6}" style="stroke:{GRID}"/>')

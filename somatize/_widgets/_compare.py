@@ -131,8 +131,8 @@ class Axis:
 
     def _categories(self, values):
         def order(v):
-            kind = 0 if v is False or v is True else 1 if isinstance(v, (int, float)) else 2 if isinstance(v, str) else 3
-            return (kind, v if kind < 3 else 0)
+            kind = 0 if isinstance(v, bool) else 1 if isinstance(v, (int, float)) else 2 if isinstance(v, str) else 3
+            return (kind, v if kind < 3 else 0)  # false, true, numbers, strings, null
 
         keys = {}
         for v in values:

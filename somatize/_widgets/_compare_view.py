@@ -61,7 +61,8 @@ class ExplorerView:
                          tick_labels=labels)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
-            figure = bq.Figure(marks=list(marks.values()), axes=[ax], interaction=selector, title=f"{axis.label} · {note}",
+            figure = bq.Figure(marks=list(marks.values()), axes=[ax], interaction=selector,
+                               title=f"{axis.label} · {note}",
                                fig_margin={"top": 36, "bottom": 8, "left": 0, "right": 0}, padding_y=0,
                                title_style={"font-size": "13px"}, animation_duration=0,
                                layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", height=HEIGHT))
