@@ -56,7 +56,7 @@ class ExplorerView:
             labels = {_key(p): str(t) for p, t in axis.ticks}
             if (axis.places == MISSING).any():
                 labels[_key(MISSING)] = "no value"
-            ax = bq.Axis(scale=self.y, orientation="vertical", side="left", grid_lines="none",
+            ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
                          offset={"scale": x, "value": i}, tick_values=np.array([round(p, 4) for p in places]),
                          tick_labels=labels)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
@@ -76,7 +76,7 @@ class ExplorerView:
         self.curve_lines = [bq.Lines(x=[], y=[], scales={"x": self.curve_x, "y": self.curve_y}, stroke_width=1.75,
                                      visible=False) for _ in range(CURVES)]
         self.curve_axes = [bq.Axis(scale=self.curve_x, label="step", grid_lines="dashed"),
-                           bq.Axis(scale=self.curve_y, orientation="vertical", label=explorer.fact or "",
+                           bq.Axis(scale=self.curve_y, side="left", label=explorer.fact or "",
                                    grid_lines="dashed")]
         self.curves = bq.Figure(marks=self.curve_lines, axes=self.curve_axes, animation_duration=0,
                                 fig_margin={"top": 30, "bottom": 44, "left": 64, "right": 16},
