@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_where import sweep  # noqa: E402  (one store of 10,000 runs)
 
+from somatize._widgets._compare import DENSE_ABOVE  # noqa: E402
 from somatize.record import compare, runs  # noqa: E402
 
 QUICK = "--quick" in sys.argv
@@ -60,8 +61,9 @@ def main():
         first_picture(path)  # and bqplot is imported
         plain = median_ms(lambda: runs(path))
         first = median_ms(lambda: first_picture(path))
-        few = median_ms(lambda: first_picture(path, where="config.seed == 3 and config.lr < 0.4"))
-        small = len(runs(path, where="config.seed == 3 and config.lr < 0.4"))
+        few_where = "config.seed == 3 and config.batch == 32"
+        few = median_ms(lambda: first_picture(path, where=few_where))
+        small = len(runs(path, where=few_where))
 
         explorer = first_picture(path)
         selector = explorer._view.selectors[explorer.axes.index("config.lr")]
@@ -82,7 +84,8 @@ def main():
         table = [
             (f"runs(store) of {RUNS:,} runs", plain, None),
             (f"explorer's first picture, {RUNS:,} runs (binned)", first, 1000),
-            (f"explorer's first picture, {small} runs (one line a run)", few, None),
+            (f"explorer's first picture, {small} runs "
+             f"({'binned' if small > DENSE_ABOVE else 'one line a run'})", few, None),
             (f"brush round trip to explorer.selected, {RUNS:,} runs", trip, 150),
             ("  runs(store, where=explorer.where) asking the same", ask, None),
         ]
