@@ -84,9 +84,9 @@ def test_a_brush_dragged_on_an_axis_is_the_selection_in_the_kernel(lab, browser)
         explorer = page.locator(".somatize-explorer").first
         columns = explorer.locator(".somatize-explorer-axis")
         columns.nth(1).locator(".brushintsel").wait_for(timeout=60_000)
-        titles = [t.strip() for t in columns.locator("text.mainheading").all_text_contents()]
-        assert titles[0] == "loss.best · metric" and titles[1].startswith("lr · |ρ| 1.00"), titles
-        assert explorer.locator("text.mainheading").nth(len(titles)).text_content().startswith("loss of the")
+        titles = [" ".join(t.split()) for t in explorer.locator(".somatize-explorer-label").all_inner_texts()]
+        assert titles[0] == "loss.best metric" and titles[1] == "lr |ρ| 1.00", titles
+        assert explorer.locator(".somatize-explorer-curves").text_content().startswith("loss of the")
 
         area = columns.nth(1).locator(".brushintsel .overlay").bounding_box()
         x = area["x"] + area["width"] / 2

@@ -41,7 +41,7 @@ def parallel_svg(data, *, title, missing_at=-0.12, width=WIDE, height=HEIGHT):
         groups: dict = {}
         for a, b, c, o in zip(foot.tolist(), tip.tolist(), color.tolist(), opacity.tolist()):
             groups.setdefault((c, round(o * 8) / 8 or 0.06), []).append(
-                f"M{px(g):.1f} {py(a):.1f}L{px(g + 1):.1f} {py(b):.1f}")
+                f"M{px(g):.0f} {py(a):.0f}L{px(g + 1):.0f} {py(b):.0f}")  # whole pixels: 300 runs in 30 KB
         for (c, o), segments in groups.items():
             parts.append(f'<path class="run-lines" d="{"".join(segments)}" style="fill:none;stroke:{c};'
                          f'stroke-opacity:{o:g};stroke-width:{data["width"]:g}"/>')

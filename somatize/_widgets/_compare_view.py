@@ -26,7 +26,19 @@ from .._pictures._parallel import span
 from ._compare import CURVES, MISSING
 
 BRUSH = "#2563eb"  # the brand colour's light value: bqplot takes no CSS variable
-HEIGHT = "330px"
+HEIGHT = "320px"
+# bqplot's own text colours are not the theme's (its dark axis labels are
+# orange): the theme's, through JupyterLab's variables
+STYLE = """<style>
+.somatize-explorer .bqplot text.axislabel, .somatize-explorer .bqplot .tick text {
+  fill: var(--jp-ui-font-color1, #1f2937) !important; }
+.somatize-explorer .bqplot .axis path, .somatize-explorer .bqplot .axis line {
+  stroke: var(--jp-ui-font-color2, #6b7280) !important; }
+.somatize-explorer-label { text-align: center; font-size: 12px; line-height: 1.3; overflow: hidden;
+  text-overflow: ellipsis; white-space: nowrap; color: var(--jp-ui-font-color1); padding-left: 20%; }
+.somatize-explorer-label span, .somatize-explorer-curves { color: var(--jp-ui-font-color2); font-size: 12px; }
+.somatize-explorer-head { color: var(--jp-ui-font-color1); }
+</style>"""
 
 
 def _key(place) -> str:
@@ -45,10 +57,11 @@ class ExplorerView:
         self._moving = False
         lo, hi = span(explorer.missing, MISSING)
         self.y = bq.LinearScale(min=lo, max=hi)
-        self.columns, self.selectors, self.marks = [], [], []
+        self.columns, self.selectors, self.marks, self.labels = [], [], [], []
         count = len(explorer.axis_list)
         for i, axis in enumerate(explorer.axis_list):
-            x = bq.LinearScale(min=i - 0.5, max=i + 0.5)
+            # the axis at 60% of its column: its tick labels, on its left, have room
+            x = bq.LinearScale(min=i - 0.6, max=i + 0.4)
             # the gaps this column shows halves of: the one before its axis and the one after
             marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=1.5, apply_clip=True)
                      for g in (i - 1, i) if 0 <= g < count - 1}
@@ -61,11 +74,14 @@ class ExplorerView:
                          tick_labels=labels)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
+            self.labels.append(w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'
+                                      f'<b>{escape(axis.label)}</b><br><span>{escape(note)}</span></div>',
+                                      layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", margin="0")))
             figure = bq.Figure(marks=list(marks.values()), axes=[ax], interaction=selector,
-                               title=f"{axis.label} · {note}",
-                               fig_margin={"top": 36, "bottom": 8, "left": 0, "right": 0}, padding_y=0,
-                               title_style={"font-size": "13px"}, animation_duration=0,
-                               layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", height=HEIGHT))
+                               fig_margin={"top": 8, "bottom": 8, "left": 0, "right": 0}, padding_y=0,
+                               animation_duration=0, display_toolbar=False,
+                               layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", height=HEIGHT,
+                                               margin="0"))
             figure.add_class("somatize-explorer-axis")
             selector.observe(lambda change, i=i: self._brushed(i), ["selected", "brushing"])
             self.columns.append(figure)
@@ -79,12 +95,14 @@ class ExplorerView:
                            bq.Axis(scale=self.curve_y, side="left", label=explorer.fact or "",
                                    grid_lines="dashed")]
         self.curves = bq.Figure(marks=self.curve_lines, axes=self.curve_axes, animation_duration=0,
-                                fig_margin={"top": 30, "bottom": 44, "left": 64, "right": 16},
-                                title_style={"font-size": "13px"},
+                                fig_margin={"top": 8, "bottom": 44, "left": 64, "right": 16},
+                                display_toolbar=False,
                                 layout=w.Layout(width="100%", height="260px"))
-        parts = [self.head, w.HBox(self.columns, layout=w.Layout(width="100%"))]
+        self.curves_head = w.HTML()
+        row = w.Layout(width="100%", margin="0")
+        parts = [self.head, w.HBox(self.labels, layout=row), w.HBox(self.columns, layout=row)]
         if explorer.fact is not None:
-            parts.append(self.curves)
+            parts += [self.curves_head, self.curves]
         self.box = w.VBox(parts, layout=w.Layout(width="100%"))
         self.box.add_class("somatize-explorer")
         self.brushes_moved(explorer.brushes)
@@ -113,7 +131,7 @@ class ExplorerView:
     def draw(self):
         e = self.explorer
         where = e.where
-        self.head.value = (f'<div class="somatize-explorer-head"><b>{escape(e.title())}</b><br>'
+        self.head.value = (STYLE + f'<div class="somatize-explorer-head"><b>{escape(e.title())}</b><br>'
                            f'<code>where={escape(repr(where))}</code></div>')
         width = e.picture_width()
         for g, (foot, top, color, opacity) in enumerate(e.lines()):
@@ -134,7 +152,7 @@ class ExplorerView:
         chart = e.curve_chart()
         if chart is None:
             return
-        self.curves.title = e.curves_title()
+        self.curves_head.value = f'<div class="somatize-explorer-curves">{escape(e.curves_title())}</div>'
         log = chart["log"]
         if log != isinstance(self.curve_y, bq.LogScale):
             self.curve_y = bq.LogScale() if log else bq.LinearScale()
@@ -142,6 +160,7 @@ class ExplorerView:
                 line.scales = {"x": self.curve_x, "y": self.curve_y}
             self.curve_axes[1].scale = self.curve_y
         self.curve_axes[1].label = chart["ylabel"]
+        self.curve_axes[1].tick_values = np.array([t for t, _ in chart["yticks"]], dtype=np.float64)
         series = chart["series"]
         for k, line in enumerate(self.curve_lines):
             with line.hold_sync():
