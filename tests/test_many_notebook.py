@@ -47,7 +47,8 @@ def test_notebook_04_sweeps_on_a_cluster_and_averages_rounds_as_it_says():
     labels = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-label"]
     notes = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-note"]
     assert labels[0] == "loss.best" and sorted(labels[1:]) == ["lr", "optimizer", "seed", "width"]
-    assert labels[1] == "width" and float(notes[1].split()[-1]) > 0.5  # 4 / width: it explains the loss
+    rho = [float(n.split()[-1]) for n in notes[1:]]
+    assert labels[1] == "width" and rho == sorted(rho, reverse=True) and rho[0] > rho[1]  # 4 / width: monotonic
     assert "300 runs by loss.best" in big
     said = text(out["big-where"]).splitlines()
     assert said[0] == "config.lr >= 0.001 and config.lr <= 0.01 and config.width >= 64"
