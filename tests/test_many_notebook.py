@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 from nbexec import execute
 
-from pictures import svg_markup
+from pictures import SVG, parse, svg_markup, text_of
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "04-many-runs.ipynb"
 
@@ -39,6 +39,21 @@ def test_notebook_04_sweeps_on_a_cluster_and_averages_rounds_as_it_says():
     cli = text(out["sweep-cli"]).splitlines()
     assert cli[0].split()[:6] == ["run", "state", "forwards", "facts", "config.lr", "config.steps"]
 
+    explorer = parse("".join(o.get("data", {}).get("text/html", "") for o in out["sweep-compare"]))
+    labels = [text_of(t) for t in explorer.iter(f"{SVG}text") if t.get("class") == "axis-label"]
+    assert labels == ["loss.best", "lr"]  # steps is the same in every run: no axis
+    big = "".join(o.get("data", {}).get("text/html", "") for o in out["big-compare"])
+    root = parse(big)
+    labels = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-label"]
+    notes = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-note"]
+    assert labels[0] == "loss.best" and sorted(labels[1:]) == ["lr", "optimizer", "seed", "width"]
+    rho = [float(n.split()[-1]) for n in notes[1:]]
+    assert labels[1] == "width" and rho == sorted(rho, reverse=True) and rho[0] > rho[1]  # 4 / width: monotonic
+    assert "300 runs by loss.best" in big
+    said = text(out["big-where"]).splitlines()
+    assert said[0] == "config.lr >= 0.001 and config.lr <= 0.01 and config.width >= 64"
+    chosen, asked = map(int, re.findall(r"\d+", said[1])[:1] + re.findall(r"has (\d+)", said[1]))
+    assert chosen == asked > 0
     assert "100% Completed" in text(out["dask-sweep"])  # Dask's own progress bar
     same = text(out["dask-same"])
     difference = re.search(r"4 runs on the cluster; largest difference in final loss from the for loop: (\S+)", same)

@@ -81,10 +81,11 @@ def _text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""
     )
 
 
-def line_chart(data, *, width=WIDE, height=260):
+def line_chart(data, *, width=WIDE, height=260, legend=True):
     """An SVG line chart of `_chart.chart`'s data: the ticks, labels and
     points it holds, placed at this size (the page places the same data at
-    its own width, in chart.js)."""
+    its own width, in chart.js); a legend when it has several series, unless
+    `legend=False` (the explorer's curves say whose they are in its title)."""
     left, right, top, bottom = 64, 16, 12, 44
     w, h = width - left - right, height - top - bottom
     parts = [svg_open(width, height, f"{data['ylabel']} over {data['xlabel']}")]
@@ -140,7 +141,7 @@ def line_chart(data, *, width=WIDE, height=260):
         parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '
                      f'style="stroke:{BAD};stroke-dasharray:4 3"/>')
         parts.append(_text(X - 4, top + h - 6, m["label"], 11, BAD, "end"))  # at the foot: a diverging line is high
-    if len(data["series"]) > 1:
+    if legend and len(data["series"]) > 1:
         for i, s in enumerate(data["series"]):
             Y = top + 12 + i * 16
             parts.append(f'<rect x="{left + w - 150}" y="{Y - 5}" width="14" height="3" style="fill:{s["color"]}"/>')

@@ -20,9 +20,10 @@ too busy to give the flusher its turn (measured: bench/RESULTS.md, Record);
 everything before reads back in order, once, and the run lists as interrupted.
 
 This layer imports ``_base`` and ``_store``, plus numpy, pandas, orjson and
-xxhash; never torch, never Jupyter (``progress``, ``spent`` and ``Live`` are
-drawn by ``_widgets`` and load lazily; without anywidget, asking for one
-raises ``MissingExtra`` naming ``somatize[lab]``). Every public name loads on first use,
+xxhash; never torch, never Jupyter (``progress``, ``spent``, ``Live`` and
+``compare`` are drawn by ``_widgets`` and load lazily; without anywidget (or
+bqplot, for ``compare``), asking for one raises ``MissingExtra`` naming
+``somatize[lab]``). Every public name loads on first use,
 so ``somatize runs`` (``_runs``, ``_summary``, ``_files``) starts without
 numpy or pandas.
 
@@ -102,9 +103,10 @@ _WHERE = {
     "progress": "somatize._widgets",
     "spent": "somatize._widgets",
     "Live": "somatize._widgets",
+    "compare": "somatize._widgets",
 }
 
-__all__ = ["Live", "curve", "facts", "forwards", "nodes", "progress", "runs", "spent"]
+__all__ = ["Live", "compare", "curve", "facts", "forwards", "nodes", "progress", "runs", "spent"]
 
 
 def __getattr__(name):
@@ -116,10 +118,11 @@ def __getattr__(name):
     if module == "somatize._widgets":
         from importlib.util import find_spec
 
-        if find_spec("anywidget") is None:  # a panel needs Jupyter's widgets: say which extra brings them
-            from .._base.errors import MissingExtra
+        for needed in ("anywidget", "bqplot") if name == "compare" else ("anywidget",):
+            if find_spec(needed) is None:  # a panel needs Jupyter's widgets: say which extra brings them
+                from .._base.errors import MissingExtra
 
-            raise MissingExtra(f"somatize.record.{name} (a notebook panel)", "lab", "anywidget")
+                raise MissingExtra(f"somatize.record.{name} (a notebook panel)", "lab", needed)
     value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value

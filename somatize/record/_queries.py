@@ -427,15 +427,24 @@ def runs(store, where=None):
     query runs no code; one that does not read raises ``somatize.QueryError``
     naming the character where reading stopped and what could stand there.
     (``Store.runs()`` returns only the names, sorted.)"""
-    import pandas as pd
-
     from . import _columns, _where
 
     query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
-    fixed = list(_columns.FIXED)
     rows = _rows(store, _columns.QUERY_STATS if query is not None else _columns.STATS)
     if query is not None:
         rows = _where.matching(rows, query)
+    return frame(rows)
+
+
+def frame(rows):
+    """The table ``runs()`` makes of runs' rows (``_columns.row``): its
+    columns, in its order, from the rows it is given (the explorer's
+    selection is this of the rows a query holds for, as ``runs(where=)``)."""
+    import pandas as pd
+
+    from . import _columns
+
+    fixed = list(_columns.FIXED)
     configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance
     stats_columns: dict = {}
     shown = tuple(f".{s}" for s in _columns.STATS)
@@ -447,7 +456,7 @@ def runs(store, where=None):
                 stats_columns[column] = None
     columns = [*fixed, *configs, *stats_columns]
     columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
-    frame = pd.DataFrame(rows, columns=columns)
+    table = pd.DataFrame(rows, columns=columns)
     for when in ("started", "updated"):
-        frame[when] = pd.to_datetime(frame[when], unit="s", errors="coerce")  # a forged time reads NaT
-    return frame
+        table[when] = pd.to_datetime(table[when], unit="s", errors="coerce")  # a forged time reads NaT
+    return table

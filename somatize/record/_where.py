@@ -476,3 +476,55 @@ def matching(rows, where, now=None, key=None) -> list:
     if key is None:
         return [r for r in rows if query(r, now)]
     return [r for r in rows if query(key(r), now)]
+
+
+def comparisons(text: str) -> list[tuple[str, str, object]] | None:
+    """The comparisons a query is the conjunction of, as ``(column, op,
+    value)`` with the column on the left (``0.1 > loss.best`` reads
+    ``("loss.best", "<", 0.1)``; ``in`` gives the list of values), or None
+    when the query is not one (``or``, ``not``, two columns compared). What
+    a picture can draw as brushes, one interval or set of values a column."""
+    Query(text)  # a query that does not read fails here, pointing at the character
+    parser = _Parser(text)
+    out: list = []
+    flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+    def conjunction():
+        term()
+        while parser.word() == "and":
+            parser.take()
+            term()
+
+    def term():
+        token = parser.peek()
+        if token[0] == "op" and token[1] == "(":
+            parser.take()
+            conjunction()
+            if parser.peek()[1] != ")":
+                raise _NotOne
+            parser.take()
+            return
+        if parser.word() == "not":
+            raise _NotOne
+        left = parser.operand()
+        if parser.word() == "not":  # not in
+            raise _NotOne
+        if parser.word() == "in":
+            parser.take()
+            out.append((left[1], "in", parser.values()))
+            return
+        op = parser.take()[1]
+        right = parser.operand()
+        if left[0] == right[0]:
+            raise _NotOne
+        out.append((left[1], op, right[1]) if left[0] == "column" else (right[1], flipped[op], left[1]))
+
+    try:
+        conjunction()
+    except _NotOne:
+        return None
+    return out if parser.peek()[0] == "end" else None
+
+
+class _NotOne(Exception):
+    """Inside ``comparisons``: the query is not a conjunction of comparisons."""

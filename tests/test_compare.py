@@ -1,0 +1,246 @@
+"""compare(store, where=, metric=): the explorer's brushes are a query and
+its selection that query's answer. Brushes are moved as the front end moves
+them (bqplot's selector traits: `brushing`, then `selected`), and what the
+explorer says is checked against runs(store, where=explorer.where) and
+against the runs' own config; its static picture is read off its SVG."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from somatize import QueryError, Recorder, SomatizeError, Store
+from somatize.record import compare, runs
+
+from pictures import SVG, parse, svg_markup, text_of
+
+OPTS = ("adam", "sgd", "rmsprop")
+
+
+def final_loss(lr):
+    """The metric of the sweep: decided by lr alone (lower lr, lower loss)."""
+    return 0.05 + (math.log10(lr) + 4)  # 1e-4 -> 0.05, 1e-1 -> 3.05
+
+
+def sweep(path, count, seed=0, missing_batch=()):
+    """``count`` runs: lr decides the loss; opt and seed are drawn at random;
+    ``steps`` is the same in every run (so it is no axis); the runs named in
+    ``missing_batch`` have no batch key."""
+    store = Store(path)
+    rng = random.Random(seed)
+    for k in range(count):
+        run = f"r{k:04d}"
+        lr = 10 ** rng.uniform(-4, -1)
+        config = {"lr": lr, "opt": rng.choice(OPTS), "seed": rng.randrange(5), "steps": 4}
+        if run not in missing_batch:
+            config["batch"] = rng.choice([16, 32, 64])
+        with Recorder(store, run=run, config=config) as r:
+            for i in range(4):
+                r.forward_began()
+                r({"fact": "loss", "value": final_loss(lr) + 1.0 / (i + 1) - 0.25})
+    return store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return sweep(tmp_path_factory.mktemp("sweep") / "s", 40, missing_batch={"r0003", "r0007"})
+
+
+def brush(explorer, column, extent):
+    """Drag a brush on ``column``'s axis as the page does: brushing, the
+    extent, brushing done (bqplot's BrushIntervalSelector traits)."""
+    view = explorer._view
+    selector = view.selectors[explorer.axes.index(column)]
+    selector.brushing = True
+    selector.selected = np.array(extent, dtype=np.float64)
+    selector.brushing = False
+
+
+def config(store):
+    table = runs(store).set_index("run")
+    return {run: row for run, row in table.iterrows()}
+
+
+def place_log(v, lo, hi):
+    return (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+
+def test_axes_are_the_keys_that_vary_ordered_by_rank_correlation_with_the_metric(store):
+    explorer = compare(store, metric="loss.best")
+    assert explorer.axes[0] == "loss.best"
+    assert set(explorer.axes[1:]) == {"config.lr", "config.opt", "config.seed", "config.batch"}  # not steps
+    assert explorer.axes[1] == "config.lr"  # it decides the loss
+    assert explorer.importance["config.lr"] == pytest.approx(1.0)
+    values = list(explorer.importance.values())
+    assert values == sorted(values, reverse=True)
+    assert all(v < 0.6 for k, v in explorer.importance.items() if k != "config.lr")
+
+
+def test_ordering_follows_the_key_that_decides_the_metric(tmp_path):
+    s = Store(tmp_path / "s")
+    rng = random.Random(3)
+    for k in range(30):
+        width = rng.choice([8, 16, 32, 64])
+        with Recorder(s, run=f"r{k}", config={"lr": 10 ** rng.uniform(-4, -1), "width": width,
+                                              "act": rng.choice(["relu", "tanh"])}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 100.0 / width + rng.random() * 1e-3})
+    explorer = compare(s)
+    assert explorer.axes[1] == "config.width"
+    assert explorer.importance["config.width"] > 0.95 > max(explorer.importance["config.lr"],
+                                                            explorer.importance["config.act"])
+
+
+def test_a_brush_on_an_axis_is_a_query_whose_answer_is_the_selection(store):
+    explorer = compare(store)
+    explorer.widget()
+    lrs = {run: row["config.lr"] for run, row in config(store).items()}
+    lo, hi = min(lrs.values()), max(lrs.values())
+    brush(explorer, "config.lr", [0.25, 0.6])
+    assert explorer.where.startswith("config.lr >= ") and " and config.lr <= " in explorer.where
+    chosen = set(explorer.selected["run"])
+    assert chosen == set(runs(store, where=explorer.where)["run"])
+    inside = {run for run, lr in lrs.items() if 0.25 <= place_log(lr, lo, hi) <= 0.6}
+    assert inside and inside <= chosen  # the bounds are rounded outward, never in
+    assert all(0.25 - 1e-3 <= place_log(lrs[run], lo, hi) <= 0.6 + 1e-3 for run in chosen)
+    assert list(explorer.selected.columns) == list(runs(store, where=explorer.where).columns)
+
+
+def test_two_brushes_intersect_and_a_set_of_values_is_asked_with_in(store):
+    explorer = compare(store)
+    explorer.widget()
+    brush(explorer, "config.lr", [0.0, 0.7])
+    axis = explorer.axis_list[explorer.axes.index("config.opt")]
+    spots = dict(zip(axis.categories, np.linspace(0, 1, len(axis.categories))))
+    brush(explorer, "config.opt", [spots["adam"] - 0.1, spots["adam"] + 0.1])
+    assert 'config.opt in ["adam"]' in explorer.where
+    chosen = set(explorer.selected["run"])
+    assert chosen == set(runs(store, where=explorer.where)["run"])
+    table = config(store)
+    assert chosen and all(table[run]["config.opt"] == "adam" for run in chosen)
+    assert chosen < set(runs(store, where='config.opt == "adam"')["run"])  # lr cut some adam runs out
+
+
+def test_clearing_a_brush_drops_its_part_of_the_query(store):
+    explorer = compare(store)
+    explorer.widget()
+    brush(explorer, "config.lr", [0.1, 0.5])
+    brush(explorer, "config.seed", [0.0, 0.3])
+    view = explorer._view
+    view.selectors[explorer.axes.index("config.lr")].selected = None  # a click beside the brush
+    assert "config.lr" not in explorer.where and "config.seed" in explorer.where
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    view.selectors[explorer.axes.index("config.seed")].selected = None
+    assert explorer.where is None and len(explorer.selected) == len(runs(store))
+
+
+def test_a_run_without_the_key_is_below_the_axis_and_no_brush_selects_it(store):
+    explorer = compare(store)
+    explorer.widget()
+    axis = explorer.axis_list[explorer.axes.index("config.batch")]
+    names = [r["run"] for r in explorer.rows]
+    assert [names[i] for i in np.flatnonzero(axis.places < 0)] == ["r0003", "r0007"]
+    brush(explorer, "config.batch", [-0.2, 1.0])  # the whole axis and the runs below it
+    assert {"r0003", "r0007"}.isdisjoint(explorer.selected["run"])
+    assert len(explorer.selected) == 38
+
+
+def test_setting_where_moves_the_brushes_and_keeps_the_text(store):
+    explorer = compare(store)
+    explorer.widget()
+    view = explorer._view
+    lrs = [row["config.lr"] for row in config(store).values()]
+    lo, hi = min(lrs), max(lrs)
+    explorer.where = 'config.lr >= 0.001 and config.lr < 0.01 and config.opt in ["sgd", "rmsprop"]'
+    assert explorer.where == 'config.lr >= 0.001 and config.lr < 0.01 and config.opt in ["sgd", "rmsprop"]'
+    extent = view.selectors[explorer.axes.index("config.lr")].selected
+    assert list(extent) == pytest.approx([place_log(0.001, lo, hi), place_log(0.01, lo, hi)])
+    axis = explorer.axis_list[explorer.axes.index("config.opt")]
+    spots = dict(zip(axis.categories, np.linspace(0, 1, 3)))
+    foot, top = view.selectors[explorer.axes.index("config.opt")].selected
+    assert foot < spots["rmsprop"] and spots["sgd"] < top and not foot < spots["adam"] < top
+    assert view.selectors[0].selected is None  # the metric is not asked
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    explorer.where = None
+    assert all(s.selected is None for s in view.selectors) and len(explorer.selected) == 40
+
+
+def test_where_that_brushes_cannot_draw_is_refused_naming_what_to_write(store):
+    explorer = compare(store)
+    with pytest.raises(SomatizeError, match="joined by 'and'"):
+        explorer.where = "config.lr < 0.01 or config.seed == 1"
+    with pytest.raises(SomatizeError, match="config.steps is not an axis"):
+        explorer.where = "config.steps == 4"
+    with pytest.raises(SomatizeError, match="cannot be drawn as a brush"):
+        explorer.where = "config.lr != 0.01"
+    with pytest.raises(QueryError, match="character 10"):
+        explorer.where = "config.lr = 0.01"
+    assert explorer.where is None
+
+
+def test_compare_where_begins_every_query_and_the_answer_stays_runs_where(store):
+    explorer = compare(store, where='config.opt != "sgd"')
+    explorer.widget()
+    assert set(explorer.selected["run"]) == set(runs(store, where='config.opt != "sgd"')["run"])
+    brush(explorer, "loss.best", [0.0, 0.5])
+    assert explorer.where.startswith('(config.opt != "sgd") and loss.best >= ')
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    explorer.where = '(config.opt != "sgd") and config.seed <= 2'
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    explorer.where = "config.seed <= 2"  # the explorer's own where is kept in front
+    assert explorer.where == '(config.opt != "sgd") and config.seed <= 2'
+
+
+def test_lines_are_one_a_run_up_to_the_threshold_and_sent_as_such(store):
+    explorer = compare(store)
+    explorer.widget()
+    gaps = explorer.lines()
+    assert len(gaps) == len(explorer.axes) - 1 and all(len(g[0]) == 40 for g in gaps)
+    mark = explorer._view.marks[0][0]
+    assert np.asarray(mark.y).shape == (40, 2)
+
+
+def test_above_the_threshold_lines_are_binned_densities(tmp_path):
+    from somatize._widgets._compare import BINS, DENSE_ABOVE
+
+    s = sweep(tmp_path / "s", DENSE_ABOVE + 50, seed=1)
+    explorer = compare(s)
+    explorer.widget()
+    first = explorer.axis_list[0].places
+    second = explorer.axis_list[1].places
+    pairs = {(min(int(a * BINS), BINS - 1), min(int(b * BINS), BINS - 1)) for a, b in zip(first, second)}
+    foot, top, color, opacity = explorer.lines()[0]
+    assert len(foot) == len(pairs) < DENSE_ABOVE  # one line a pair of bins holding runs
+    assert opacity.max() == pytest.approx(0.9) and opacity.min() < 0.5  # by count
+    assert np.asarray(explorer._view.marks[1][0].y).shape == (len(pairs), 2)  # what the page is sent
+    brush(explorer, "config.lr", [0.0, 0.3])
+    assert set(explorer.selected["run"]) == set(runs(s, where=explorer.where)["run"])
+    foot, top, color, opacity = explorer.lines()[0]
+    assert (color == "#9ca3af").any() and (color != "#9ca3af").any()  # outside the selection, and inside
+
+
+def test_the_static_picture_shows_the_axes_ticks_brushes_and_curves(store):
+    explorer = compare(store)
+    explorer.widget()
+    brush(explorer, "config.lr", [0.2, 0.5])
+    html = explorer._repr_mimebundle_()["text/html"]
+    assert "<script" not in html and 'src="data:image/svg+xml;base64,' in html
+    root = parse(html)
+    labels = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-label"]
+    assert labels == ["loss.best", "lr", *[a.split(".", 1)[1] for a in explorer.axes[2:]]]
+    notes = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "axis-note"]
+    assert notes[0] == "metric" and notes[1] == "|ρ| 1.00"
+    ticks = [text_of(t) for t in root.iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert {"adam", "rmsprop", "sgd", "no value"} <= set(ticks)
+    assert len([r for r in root.iter(f"{SVG}rect") if r.get("class") == "brush"]) == 1
+    curves = [p for p in root.iter(f"{SVG}polyline") if p.get("class") == "curve"]
+    assert len(curves) == min(20, len(explorer.selected))
+    markup = svg_markup(html)
+    assert f"loss of the {len(explorer.selected)} selected runs" in html or "selected runs with the lowest" in html
+    assert "run-lines" in markup
+
+
+def test_a_metric_no_run_has_is_refused_naming_the_columns(store):
+    with pytest.raises(SomatizeError, match=r"metric='acc.best'.*loss\.best"):
+        compare(store, metric="acc.best")
