@@ -821,7 +821,7 @@ class Trainer:
             if self._rank_us is not None:  # every rank's own work in this step (_distributed.py)
                 said = [{"fact": "rank_us", "rank": rank, "value": None} for rank in range(self._ranks.size)]
                 if self.read_every > 1:
-                    self._reading.owe(self._rank_us, said)  # read off the device with the losses
+                    self._reading.owe(self._rank_us.unbind(), said, list)  # read off the device with the losses
                 else:
                     for fact, us in zip(said, self._rank_us.tolist()):
                         fact["value"] = us
