@@ -530,7 +530,7 @@ class Explorer:
         try:
             from ._views import view_bundle
 
-            bundle.update(view_bundle(self.widget()))
+            bundle.update(view_bundle(self.widget(), bundle["text/plain"]))
         except ImportError:
             pass
         return bundle
