@@ -30,6 +30,7 @@ import numpy as np
 
 from .._pictures import _svg
 from ..record import _chart
+from ._bundle import panel_bundle
 from ._progress import RAMP, finite, thinned
 
 DENSE_ABOVE = 400  # runs drawn one line each up to this many; binned above
@@ -526,14 +527,7 @@ class Explorer:
         return self._view.box
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
-        try:
-            from ._views import view_bundle
-
-            bundle.update(view_bundle(self.widget(), bundle["text/plain"]))
-        except ImportError:
-            pass
-        return bundle
+        return panel_bundle(self, self.widget)
 
     def __repr__(self):
         return (f"compare({len(self.rows)} runs, metric {self.metric!r}, axes {self.axes[1:]}, "

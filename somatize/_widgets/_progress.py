@@ -15,6 +15,7 @@ import numpy as np
 from .._pictures import _svg
 from ..record import _chart
 from ..record._queries import step_of, steps_of
+from ._bundle import panel_bundle
 
 POINTS = 2000
 XLABELS = {"step": "step", "relative": "time since the run began", "wall": "clock time"}
@@ -314,14 +315,7 @@ class Progress:
         v.chart = self.chart()
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
-        try:
-            from ._views import view_bundle
-
-            bundle.update(view_bundle(self.widget(), bundle["text/plain"]))
-        except ImportError:
-            pass
-        return bundle
+        return panel_bundle(self, self.widget)
 
     def __repr__(self):
         parts = []

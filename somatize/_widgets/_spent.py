@@ -29,6 +29,7 @@ from html import escape
 
 from .._pictures import _svg
 from . import _graph
+from ._bundle import panel_bundle
 
 TRAINER_FACT = "trainer_us"
 # The parts of the Trainer's time, as the Trainer names them, and how the panel says them.
@@ -379,15 +380,13 @@ class Spent:
         return _svg.boxed(spent_inner(self.data, self.graph), title_of(self.data))
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": repr(self), "text/html": self.to_html()}
-        try:
-            from ._views import SpentView, view_bundle
-        except ImportError:
-            return bundle
-        view = SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph, narrow=True),
+        return panel_bundle(self, self._widget)
+
+    def _widget(self):
+        from ._views import SpentView
+
+        return SpentView(spent={"title": title_of(self.data), "html": spent_inner(self.data, self.graph, narrow=True),
                                 "slowest": self.slowest})
-        bundle.update(view_bundle(view, bundle["text/plain"]))
-        return bundle
 
     def __repr__(self):
         lines = [f"spent(run={self.data['run']!r}): {self.data['forwards']} forwards"]
