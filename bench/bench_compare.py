@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_browser import median_ms as timed_ms  # noqa: E402  (one timing helper)
 from bench_where import sweep  # noqa: E402  (one store of 10,000 runs)
 
 from somatize._widgets._compare import DENSE_ABOVE  # noqa: E402
@@ -37,12 +38,7 @@ REPEAT = 5 if QUICK else 9
 
 
 def median_ms(fn, repeat=REPEAT):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * sorted(times)[len(times) // 2]
+    return timed_ms(fn, repeat=repeat)
 
 
 def first_picture(path, where=None):
