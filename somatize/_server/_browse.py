@@ -2,8 +2,9 @@
 root, their runs, a run's curves, node times and facts, and deleting a run.
 ``Browser`` is the core; its parts live beside it: ``_discover`` (finding
 the stores), ``_findings`` (the thread counting findings), ``_tags`` (a
-listing's tag), ``_delete`` (removing a run), ``_downsample`` (cutting a
-curve), ``_public`` (the refusals, and text fit for a client).
+listing's tag), ``_sort`` (a listing's order), ``_delete`` (removing a
+run), ``_downsample`` (cutting a curve), ``_public`` (the refusals, and
+text fit for a client).
 
 The rules kept here and in those parts:
 
@@ -55,6 +56,7 @@ from ._discover import Walk, is_store
 from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
 from ._public import Bad, NotFound, public_text
+from ._sort import Order, getter
 from ._tags import key_of, listing_tag, page_of, recorded_in
 
 PAGE = 1_000  # runs in one listing answer at most
@@ -140,16 +142,20 @@ class Browser:
                            f"(no {_runs.SUMMARY}, no {_runs.LOG}); list the runs again (GET .../runs)")
         return root, os.path.join(root, "runs", run)
 
-    def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "") -> dict:
-        """A page of the store's runs, sorted by name: ``runs`` (rows),
-        ``total`` (runs matching), ``offset``, ``next`` (offset of the next
-        page, or None). ``match``: a part of the run's name; ``where``: a
-        query (``record/_where``: ``config.lr < 1e-2 and loss.best < 0.1``),
-        answered over every run of the store, then paged."""
-        return self.runs_tagged(sid, offset, limit, match, where=where)[0]
+    def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "",
+             sort: str = "run", descending: bool = False) -> dict:
+        """A page of the store's runs: ``runs`` (rows), ``total`` (runs
+        matching), ``offset``, ``next`` (offset of the next page, or None).
+        ``match``: a part of the run's name; ``where``: a query
+        (``record/_where``: ``config.lr < 1e-2 and loss.best < 0.1``),
+        answered over every run of the store; ``sort``: the column the runs
+        are in the order of (``_sort``: ``run`` by default, ``config.lr``,
+        ``loss.best``, …; missing values last, ties by name), over every run
+        matching; then the page is cut."""
+        return self.runs_tagged(sid, offset, limit, match, where=where, sort=sort, descending=descending)[0]
 
     def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "",
-                    unless=(), where: str = "") -> tuple[dict | None, str]:
+                    unless=(), where: str = "", sort: str = "run", descending: bool = False) -> tuple[dict | None, str]:
         """``runs(...)`` and a tag that changes whenever the page would: the
         names on it, the identity of each one's summary file (a flush renames
         a new one in), the state of each running run (its lock may have been
@@ -157,17 +163,19 @@ class Browser:
         store's generation of counts of findings. When the tag is one of
         ``unless`` (the tags a poll sent back) the answer is ``(None, tag)``,
         made from one stat per run and the rows kept: no page is built."""
-        query = Query(where) if where else None  # a query that does not read: before anything is read
+        # a query that does not read, an order that names no column: refused before anything is read
+        query = Query(where) if where else None
+        order = Order(sort, descending)
         with _COUNTER.listing():
-            if query is not None:
-                return self._runs_where(sid, offset, limit, match, unless, query)
+            if query is not None or not order.by_name:
+                return self._runs_chosen(sid, offset, limit, match, unless, query, order)
             return self._runs_tagged(sid, offset, limit, match, unless)
 
-    def _runs_where(self, sid, offset, limit, match, unless, query) -> tuple[dict | None, str]:
-        """``runs_tagged`` with a query: every run's columns (kept with its
-        row while its summary.json is the same) are asked, then the matching
-        ones are paged. The tag covers every run's summary, since any may
-        come to match."""
+    def _runs_chosen(self, sid, offset, limit, match, unless, query, order) -> tuple[dict | None, str]:
+        """``runs_tagged`` with a query or an order of its own: every run's
+        columns (kept with its row while its summary.json is the same) are
+        asked, the matching ones sorted, then paged. The tag covers every
+        run's summary, since any may come to match or to move."""
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
@@ -178,14 +186,23 @@ class Browser:
             kept = self._rows.get(sid, {})
             columns = {n: kept[n][2] for n in rows if n in kept}
         now = time.time()
-        chosen = [n for n in names if n in columns and query(columns[n], now)]
-        page = chosen[offset: offset + limit]
         by_name = dict(zip(names, keys))
+        chosen = [n for n in names if n in columns and (query is None or query(columns[n], now))]
+        if not order.by_name:
+            order.check(columns.values())
+            found = None
+            if order.column == "findings":  # the counts known now (None until counted), as the rows show them
+                found = {r["run"]: r.get("findings") for r in counted_rows(
+                    root, [rows[n] for n in chosen], {n: by_name[n] for n in chosen})}
+            chosen = order.apply(chosen, getter(order.column, columns, found))
+        page = chosen[offset: offset + limit]
         out = counted_rows(root, [rows[n] for n in page], {n: by_name[n] for n in page})
         running = [(r["run"], r["state"]) for r in rows.values()
                    if r["state"] == "running" or by_name[r["run"]] is None]
-        ticking = int(now) if "age" in query.columns else None  # an answer that depends on the clock
-        tag = listing_tag(sid, offset, len(chosen), page, [query.text, keys, ticking], running, counts)
+        # an answer that depends on the clock (a query of age; an order by age never does)
+        ticking = int(now) if query is not None and "age" in query.columns else None
+        asked = [query.text if query is not None else None, order.key(), keys, ticking]
+        tag = listing_tag(sid, offset, len(chosen), page, asked, running, counts)
         if tag in unless:
             return None, tag
         end = offset + len(page)

@@ -29,6 +29,7 @@ from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
 from ..record._where import MAX_LENGTH
 from ._browse import CHART_RUNS, PAGE, POINTS, Browser
 from ._public import Bad, Busy, NotFound, public_text
+from ._sort import MAX_COLUMN, order_of
 
 RESOURCE = "somatize"
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="somatize-browse")
@@ -100,7 +101,9 @@ class RunsHandler(_Handler):
         unless = frozenset(_TAGS.findall(self.request.headers.get("If-None-Match", "")[:4096]))
         await self._answer(lambda: self.browser.runs_tagged(
             sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200],
-            unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1]), tagged=True)
+            unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1],
+            sort=self.get_query_argument("sort", "run")[:MAX_COLUMN + 1],
+            descending=order_of(self.get_query_argument("order", "asc")[:40])), tagged=True)
 
 
 class RunHandler(_Handler):
