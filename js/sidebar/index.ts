@@ -8,14 +8,14 @@
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Dialog, MainAreaWidget, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 import { PathExt } from '@jupyterlab/coreutils';
-import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { IChosen, codeFor } from './model';
+import { IChosen, codeFor, explorerCode, storeFrom } from './model';
 import { RunsPanel } from './panel';
 import { deleteAPI } from './request';
-import { RunBrowser } from './sidebar';
+import { IListed, RunBrowser } from './sidebar';
 
 // Three curves over a baseline: runs, overlaid.
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
@@ -47,25 +47,42 @@ const plugin: JupyterFrontEndPlugin<void> = {
       app.shell.activateById(widget.id);
     };
 
-    const insert = (chosen: IChosen[]) => {
-      const panel = notebooks?.currentWidget;
+    /**
+     * Put cells below the active cell of the notebook last used (a new
+     * notebook when none is open), each made for that notebook's folder:
+     * a store's path as its code sees it, relative to the notebook.
+     */
+    const intoNotebook = async (cells: (here: string) => string[]) => {
+      let panel = notebooks?.currentWidget ?? null;
       if (!panel) {
-        void showErrorMessage('No notebook open', 'Open a notebook first: the code goes below its active cell.');
-        return;
+        if (!notebooks || !app.commands.hasCommand('notebook:create-new')) {
+          void showErrorMessage('No notebook open', 'Open a notebook first: the code goes below its active cell.');
+          return;
+        }
+        panel = (await app.commands.execute('notebook:create-new', { cwd: '' })) as NotebookPanel;
+        await panel.context.ready;
       }
-      const readable = chosen.filter(c => c.row.state !== 'damaged');
       const here = PathExt.dirname(panel.context.path);
-      const byStore = new Map<string, string[]>();
-      for (const c of readable) {
-        const rel = PathExt.relative(here, c.store.path === '.' ? '' : c.store.path) || '.';
-        byStore.set(rel, [...(byStore.get(rel) ?? []), c.row.run]);
-      }
-      for (const [store, runs] of byStore) {
+      for (const code of cells(here)) {
         NotebookActions.insertBelow(panel.content);
-        panel.content.activeCell?.model.sharedModel.setSource(codeFor(store, runs));
+        panel.content.activeCell?.model.sharedModel.setSource(code);
       }
       app.shell.activateById(panel.id);
     };
+
+    const insert = (chosen: IChosen[]) =>
+      void intoNotebook(here => {
+        const byStore = new Map<string, string[]>();
+        for (const c of chosen.filter(c => c.row.state !== 'damaged')) {
+          const rel = storeFrom(here, c.store.path);
+          byStore.set(rel, [...(byStore.get(rel) ?? []), c.row.run]);
+        }
+        return [...byStore].map(([store, runs]) => codeFor(store, runs));
+      });
+
+    // the explorer for the runs listed, one cell a store: compare(store, where=..., metric=...)
+    const explore = (listed: IListed[]) =>
+      void intoNotebook(here => listed.map(l => explorerCode(storeFrom(here, l.store.path), l.filter, l.rows, l.sort)));
 
     const remove = async (chosen: IChosen[]): Promise<boolean> => {
       const body = document.createElement('div');
@@ -100,7 +117,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return true;
     };
 
-    const sidebar = new RunBrowser({ open, insert, remove });
+    const sidebar = new RunBrowser({ open, insert, explore, remove });
     sidebar.title.icon = runsIcon;
     app.shell.add(sidebar, 'left', { rank: 650 });
     void sidebar.refresh();

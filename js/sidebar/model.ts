@@ -2,6 +2,8 @@
  * What the server answers (somatize/_server/_browse.py), and the few pure
  * helpers the table and the panel share: formatting, a fact's best value.
  */
+import { PathExt } from '@jupyterlab/coreutils';
+
 import type { Chart } from '../widgets/chart.js';
 
 export interface IStore {
@@ -164,6 +166,127 @@ export function configText(config: Record<string, unknown> | null | undefined): 
 /** A Python string literal for any text (JSON's escapes are Python's too). */
 export function pyString(text: string): string {
   return JSON.stringify(text);
+}
+
+/** An order of the listing, answered by the server (somatize/_server/_sort.py). */
+export interface ISort {
+  column: string; // as runs() names it: run, steps, config.lr, loss.best, …
+  descending: boolean;
+}
+
+/** The columns every store may be sorted by (the server's _sort.NAMES), with their words here. */
+export const FIXED_SORTS: [string, string][] = [
+  ['run', 'name'],
+  ['state', 'state'],
+  ['steps', 'steps'],
+  ['findings', 'findings'],
+  ['duration', 'time taken'],
+  ['age', 'age (newest first)'],
+  ['started', 'started'],
+  ['forwards', 'forwards'],
+  ['facts', 'facts']
+];
+export const FIXED_COLUMNS = new Set(FIXED_SORTS.map(([c]) => c).concat(['updated', 'host', 'pid', 'cause', 'problem']));
+
+/** The statistics of a summarised fact a column may name (record/_columns.QUERY_STATS). */
+export const STATS = ['last', 'best', 'min', 'max', 'first', 'count'];
+/** The ones offered in the sort menu, as runs() shows them (record/_columns.STATS). */
+export const SHOWN_STATS = ['last', 'best', 'min', 'max'];
+
+/**
+ * A run's value in a column named as runs() names it (record/_columns):
+ * undefined when the run has no such column, null when it is recorded null.
+ */
+export function columnValue(row: IRun, column: string): unknown {
+  if (column.startsWith('config.')) {
+    const config = row.config;
+    if (!config || typeof config !== 'object') {
+      return undefined;
+    }
+    const key = column.slice(7);
+    return Object.prototype.hasOwnProperty.call(config, key) ? config[key] : undefined;
+  }
+  const dot = column.lastIndexOf('.');
+  if (dot > 0 && STATS.includes(column.slice(dot + 1))) {
+    const stat = row.summarising?.[column.slice(0, dot)];
+    return stat ? (stat[column.slice(dot + 1) as keyof IStat] ?? null) : undefined;
+  }
+  if (column === 'age') {
+    return row.updated;
+  }
+  return (row as unknown as Record<string, unknown>)[column];
+}
+
+/** A run's value in a column, as the table shows it. */
+export function columnText(row: IRun, column: string, now: number): string {
+  const v = columnValue(row, column);
+  if (column === 'age' || column === 'started' || column === 'updated') {
+    return age(v as number | undefined, now);
+  }
+  if (column === 'duration') {
+    return duration(v as number | null | undefined);
+  }
+  if (typeof v === 'number') {
+    return number(v, 4);
+  }
+  return v === null || v === undefined ? '–' : configValue(v);
+}
+
+/** The sort menu's columns for these runs: the fixed ones, then each summarised fact's, then each config key. */
+export function sortColumns(rows: IRun[]): { facts: string[]; config: string[] } {
+  const facts = [...new Set(rows.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
+  const config = [
+    ...new Set(rows.flatMap(r => (hasConfig(r.config) ? Object.keys(r.config!).map(k => `config.${k}`) : [])))
+  ].sort();
+  return { facts: facts.flatMap(f => SHOWN_STATS.map(s => `${f}.${s}`)), config };
+}
+
+/** Whether a column is a summarised fact's (`loss.best`): what the explorer takes as its metric. */
+export function isSummaryColumn(column: string): boolean {
+  const dot = column.lastIndexOf('.');
+  return !column.startsWith('config.') && dot > 0 && STATS.includes(column.slice(dot + 1));
+}
+
+/** A store's folder as a notebook in folder `here` sees it: relative to it ('.' for the same). */
+export function storeFrom(here: string, storePath: string): string {
+  return PathExt.relative(here, storePath === '.' ? '' : storePath) || '.';
+}
+
+const MAX_WHERE = 4000; // characters of a query (record/_where.MAX_LENGTH)
+
+/**
+ * The explorer's code for the runs the sidebar lists in one store:
+ * `compare(store, where=..., metric=...)`. `where` is the filter's query as
+ * it was answered, or, for a part of a name, the runs listed by name (when
+ * that fits a query); `metric` the sort's column when it is a summarised
+ * fact's, else `loss.best` where the runs summarise a loss, else the first
+ * fact's best.
+ */
+export function explorerCode(
+  storePath: string,
+  filter: { query: string; name: string },
+  listed: IRun[],
+  sort: ISort
+): string {
+  const lines = ['from somatize.record import compare', '', `store = ${pyString(storePath)}`];
+  let where = filter.query;
+  if (!where && filter.name) {
+    const byName = `run in [${listed.map(r => pyString(r.run)).join(', ')}]`;
+    if (listed.length && listed.length <= 1000 && byName.length <= MAX_WHERE) {
+      where = byName;
+    } else {
+      lines.push(`# the sidebar listed the ${listed.length} runs whose names hold ${pyString(filter.name)}: too many to name`);
+    }
+  }
+  const facts = [...new Set(listed.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
+  const metric = isSummaryColumn(sort.column)
+    ? sort.column
+    : facts.includes('loss') || !facts.length
+      ? 'loss.best'
+      : `${facts[0]}.best`;
+  const args = [where ? `where=${pyString(where)}` : '', `metric=${pyString(metric)}`].filter(a => a);
+  lines.push(`compare(store, ${args.join(', ')})`);
+  return lines.join('\n');
 }
 
 /** The code "Insert code" puts in a notebook for these runs. */

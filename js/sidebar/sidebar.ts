@@ -5,7 +5,12 @@
  * going. The filter box takes a part of a run's name (matched here) or a
  * query (`config.lr < 1e-2 and loss.best < 0.1`, answered by the server over
  * every run, the grammar of `runs(store, where=...)`; one that does not read
- * shows the server's message, which points at the place). Everything read from the server is put in the page as text
+ * shows the server's message, which points at the place). The runs are in
+ * the order the server sorts them (`sort=`, `order=`: any column, config keys
+ * and summaries included), chosen in the sort menu or by a column's header;
+ * a column the table does not show gets a column of its own after the steps.
+ * "Explore in notebook" puts the explorer's code for the runs listed,
+ * `compare(store, where=..., metric=...)`, in a notebook. Everything read from the server is put in the page as text
  * (textContent, attributes), never as markup: a run or store named
  * `<img onerror=…>` stays a name.
  *
@@ -18,24 +23,39 @@
 import { Widget } from '@lumino/widgets';
 
 import {
+  FIXED_COLUMNS,
+  FIXED_SORTS,
   IChosen,
   IRun,
   IRunPage,
+  ISort,
   IStore,
   age,
   best,
+  columnText,
+  columnValue,
   configText,
   duration,
   hasConfig,
   isQuery,
-  number
+  number,
+  sortColumns
 } from './model';
 import { el } from './dom';
 import { MissingServerExtension, RequestError, requestAPI } from './request';
 
+/** The runs one store lists, with the filter and the order that chose them. */
+export interface IListed {
+  store: IStore;
+  rows: IRun[];
+  filter: { query: string; name: string };
+  sort: ISort;
+}
+
 export interface ISidebarActions {
   open(chosen: IChosen[]): void;
   insert(chosen: IChosen[]): void;
+  explore(listed: IListed[]): void;
   remove(chosen: IChosen[]): Promise<boolean>;
 }
 
@@ -45,7 +65,8 @@ const POLL_RUNNING_MS = 2000; // while a run is going
 const POLL_IDLE_MS = 15000; // to notice new runs and stores
 const QUERY_WAIT_MS = 400; // typing a query: ask the server once the typing pauses
 
-type SortKey = 'run' | 'state' | 'steps' | 'findings' | 'duration' | 'age' | `fact:${string}`;
+// the columns the table shows of itself: sorting by another adds a column for it
+const SHOWN = new Set(['run', 'state', 'steps', 'findings', 'duration', 'age']);
 
 /** A run's count of findings: a dash for none, an ellipsis while it is being counted. */
 function findingsText(row: IRun): string {
@@ -113,6 +134,18 @@ export class RunBrowser extends Widget {
     this.filter.addEventListener('input', () => this.filtered());
     this.node.appendChild(this.filter);
 
+    // the order: any column, answered by the server over every run that matches
+    const order = el('div', 'smz-order');
+    const label = el('label', 'smz-order-label', 'Sort');
+    this.sortMenu = el('select', 'smz-sort-menu');
+    this.sortMenu.title = 'The column the runs are sorted by (the server sorts every run that matches)';
+    this.sortMenu.addEventListener('change', () => this.sortBy(this.sortMenu.value, false));
+    label.appendChild(this.sortMenu);
+    this.sortDir = el('button', 'smz-button smz-sort-dir');
+    this.sortDir.addEventListener('click', () => this.sortBy(this.sort.column, !this.sort.descending));
+    order.append(label, this.sortDir);
+    this.node.appendChild(order);
+
     const bar = el('div', 'smz-actions');
     this.openButton = this.button(bar, 'Open', 'Open the selected runs side by side', () =>
       this.actions.open(this.chosen())
@@ -122,6 +155,14 @@ export class RunBrowser extends Widget {
     );
     this.deleteButton = this.button(bar, 'Delete', 'Delete the selected runs (asks first)', () => void this.remove());
     this.deleteButton.classList.add('smz-danger');
+    this.exploreButton = this.button(
+      bar,
+      'Explore in notebook',
+      'Put the explorer for the runs listed in a notebook: compare(store, where=…, metric=…) with this filter, ' +
+        'the sort column as the metric when it is a summary',
+      () => this.actions.explore(this.listed())
+    );
+    this.exploreButton.classList.add('smz-explore');
     this.node.appendChild(bar);
 
     this.message = el('div', 'smz-message');
@@ -151,32 +192,86 @@ export class RunBrowser extends Widget {
     return isQuery(text) ? text : '';
   }
 
+  /** Sort by `column` (`descending`), as the server answers it. */
+  private sortBy(column: string, descending: boolean): void {
+    this.sort = { column, descending };
+    this.renderOrder();
+    void this.refresh();
+  }
+
+  /** Every page of a store's runs, as the server filters and sorts them. */
+  private async pages(store: IStore, where: string, sort: ISort | null): Promise<IRun[]> {
+    const all: IRun[] = [];
+    let offset: number | null = 0;
+    while (offset !== null) {
+      const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, {
+        offset,
+        limit: 1000,
+        ...(where ? { where } : {}),
+        ...(sort ? { sort: sort.column, order: sort.descending ? 'desc' : 'asc' } : {})
+      });
+      all.push(...page.runs);
+      offset = page.next;
+    }
+    return all;
+  }
+
+  /**
+   * A store's runs in the order asked. A store none of whose runs has the
+   * column (as the rows read last say, or as the server says: 400) is listed
+   * by name, and says why under its name.
+   */
+  private async storeRows(store: IStore, where: string, sort: ISort): Promise<[IRun[], string]> {
+    if (sort.column === 'run' && !sort.descending) {
+      return [await this.pages(store, where, null), ''];
+    }
+    const known = this.rows.get(store.id);
+    const has =
+      FIXED_COLUMNS.has(sort.column) || !known?.length || known.some(r => columnValue(r, sort.column) !== undefined);
+    let why = `no run here has ${sort.column}`;
+    if (has) {
+      try {
+        return [await this.pages(store, where, sort), ''];
+      } catch (error) {
+        // a query that does not read is the filter's problem, not the order's: said above the stores
+        if (!(error instanceof RequestError && error.status === 400 && error.message.startsWith('sort='))) {
+          throw error;
+        }
+        why = error.message;
+      }
+    }
+    return [await this.pages(store, where, null), why];
+  }
+
   /** Read the stores and their runs again; schedules the next read. */
   async refresh(): Promise<void> {
     window.clearTimeout(this.timer);
     window.clearTimeout(this.typing);
     const where = this.where();
+    const reading = ++this.reading; // a later read (a new order, a new filter) wins over this one
+    const sort = { ...this.sort };
     try {
       const { stores } = await requestAPI<{ stores: IStore[] }>('stores');
       const rows = new Map<string, IRun[]>();
+      const unsorted = new Map<string, string>();
       for (const store of stores) {
-        const all: IRun[] = [];
-        let offset: number | null = 0;
-        while (offset !== null) {
-          const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, {
-            offset,
-            limit: 1000,
-            ...(where ? { where } : {})
-          });
-          all.push(...page.runs);
-          offset = page.next;
+        const [got, why] = await this.storeRows(store, where, sort);
+        rows.set(store.id, got);
+        if (why) {
+          unsorted.set(store.id, why);
         }
-        rows.set(store.id, all);
+      }
+      if (reading !== this.reading) {
+        return;
       }
       this.stores = stores;
       this.rows = rows;
+      this.unsorted = unsorted;
       this.problem = '';
     } catch (error) {
+      if (reading !== this.reading) {
+        return;
+      }
       if (error instanceof RequestError && error.status === 400 && where) {
         // the query does not read: the server's words point at the place; no run is shown as matching
         this.problem = error.message;
@@ -236,6 +331,27 @@ export class RunBrowser extends Widget {
     return out;
   }
 
+  /** The runs each store lists now (filtered, in order), with the filter and order that chose them. */
+  listed(): IListed[] {
+    const name = this.where() ? '' : this.filter.value.trim();
+    const out: IListed[] = [];
+    for (const store of this.stores) {
+      const rows = this.shownRows(store);
+      if (rows.length) {
+        out.push({ store, rows, filter: { query: this.asked, name }, sort: { ...this.sort } });
+      }
+    }
+    // runs selected: the stores they are in
+    const chosen = new Set(this.chosen().map(c => c.store.id));
+    return chosen.size ? out.filter(l => chosen.has(l.store.id)) : out;
+  }
+
+  /** A store's runs as the table shows them: the server's answer, a part of a name matched here. */
+  private shownRows(store: IStore): IRun[] {
+    const match = this.where() ? '' : this.filter.value.trim().toLowerCase(); // a query: the server chose the rows
+    return (this.rows.get(store.id) ?? []).filter(r => !match || r.run.toLowerCase().includes(match));
+  }
+
   private button(bar: HTMLElement, label: string, title: string, act: () => void): HTMLButtonElement {
     const b = el('button', 'smz-button', label);
     b.title = title;
@@ -261,28 +377,9 @@ export class RunBrowser extends Widget {
     this.insertButton.disabled = readable.length === 0;
     this.deleteButton.disabled = chosen.length === 0;
     this.node.dataset.selected = String(chosen.length);
-  }
-
-  private sortValue(row: IRun, by: SortKey, now: number): number | string {
-    switch (by) {
-      case 'run':
-        return row.run.toLowerCase();
-      case 'state':
-        return row.state;
-      case 'steps':
-        return row.steps ?? -1;
-      case 'findings':
-        return row.findings ?? -1;
-      case 'duration':
-        return row.duration ?? -1;
-      case 'age':
-        return row.updated ? now - row.updated : Infinity;
-      default: {
-        const name = by.slice(5);
-        const stat = row.summarising?.[name];
-        return stat?.last ?? Infinity;
-      }
-    }
+    // the explorer needs runs to show, and a filter that reads (the one the rows answer)
+    const typing = this.where() !== this.asked;
+    this.exploreButton.disabled = !!this.problem || typing || !this.listed().length;
   }
 
   private render(): void {
@@ -290,8 +387,8 @@ export class RunBrowser extends Widget {
     this.message.textContent = this.problem;
     this.message.hidden = !this.problem;
     this.body.replaceChildren();
-    const match = this.where() ? '' : this.filter.value.trim().toLowerCase(); // a query: the server chose the rows
     const now = Date.now() / 1000;
+    this.renderOrder();
     if (!this.problem && this.stores.length === 0) {
       this.body.appendChild(
         el('p', 'smz-empty', 'No store under the server’s root yet. A Recorder(store, run=…) makes one.')
@@ -303,16 +400,16 @@ export class RunBrowser extends Widget {
       const h = el('h3', 'smz-store-name', store.path);
       h.title = store.path;
       section.appendChild(h);
-      const rows = (this.rows.get(store.id) ?? []).filter(r => !match || r.run.toLowerCase().includes(match));
+      const unsorted = this.unsorted.get(store.id);
+      if (unsorted) {
+        const note = el('p', 'smz-note', `Listed by name: no run here has ${this.sort.column}`);
+        note.title = unsorted;
+        section.appendChild(note);
+      }
+      const rows = this.shownRows(store); // in the server's order
       const facts = [...new Set(rows.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
       const withConfig = rows.some(r => hasConfig(r.config));
-      const dir = this.sortDir;
-      rows.sort((a, b) => {
-        const x = this.sortValue(a, this.sortBy, now);
-        const y = this.sortValue(b, this.sortBy, now);
-        return (x < y ? -1 : x > y ? 1 : 0) * dir;
-      });
-      section.appendChild(this.table(store, rows, facts, withConfig, now));
+      section.appendChild(this.table(store, rows, facts, withConfig, now, !unsorted));
       this.body.appendChild(section);
     }
     this.fold();
@@ -323,18 +420,65 @@ export class RunBrowser extends Widget {
     this.updateButtons();
   }
 
-  private table(store: IStore, rows: IRun[], facts: string[], withConfig: boolean, now: number): HTMLElement {
+  /** The sort menu: the fixed columns, each summarised fact's, each config key, of the runs listed. */
+  private renderOrder(): void {
+    const { facts, config } = sortColumns([...this.rows.values()].flat());
+    const column = this.sort.column;
+    const groups: [string, [string, string][]][] = [
+      ['Run', FIXED_SORTS],
+      ['Summaries', facts.map(c => [c, c])],
+      ['Config', config.map(c => [c, c])]
+    ];
+    if (![...FIXED_SORTS.map(([c]) => c), ...facts, ...config].includes(column)) {
+      groups.push(['Now', [[column, column]]]); // chosen when runs had it
+    }
+    this.sortMenu.replaceChildren();
+    for (const [label, options] of groups) {
+      if (!options.length) {
+        continue;
+      }
+      const group = el('optgroup');
+      group.label = label;
+      for (const [value, text] of options) {
+        const o = el('option', undefined, text);
+        o.value = value;
+        group.appendChild(o);
+      }
+      this.sortMenu.appendChild(group);
+    }
+    this.sortMenu.value = column;
+    const down = this.sort.descending;
+    this.sortDir.textContent = down ? '↓ desc' : '↑ asc';
+    this.sortDir.title = down ? 'Descending: largest first (click for ascending)' : 'Ascending: smallest first (click for descending)';
+    this.sortDir.setAttribute('aria-label', down ? 'Sorted descending; sort ascending' : 'Sorted ascending; sort descending');
+    this.node.dataset.sort = `${column} ${down ? 'desc' : 'asc'}`;
+  }
+
+  private table(
+    store: IStore,
+    rows: IRun[],
+    facts: string[],
+    withConfig: boolean,
+    now: number,
+    sorted: boolean
+  ): HTMLElement {
     const wrap = el('div', 'smz-table-wrap');
     const table = el('table', 'smz-table');
     table.setAttribute('role', 'grid');
     table.setAttribute('aria-label', `Runs of ${store.path}`);
     const head = el('tr');
-    const columns: [SortKey | null, string, string][] = [
+    // the sorted column, when the table has none of its own: after the steps, in either layout
+    const extra = sorted && !SHOWN.has(this.sort.column) ? this.sort.column : null;
+    if (extra) {
+      table.classList.add('smz-has-sorted');
+    }
+    const columns: [string | null, string, string][] = [
       [null, '', 'select'],
       ['run', 'Run', 'run'],
       ['steps', 'Steps', 'steps'],
+      ...(extra ? [[extra, extra, 'sorted'] as [string, string, string]] : []),
       ['findings', 'Findings', 'findings'],
-      ...facts.map(f => [`fact:${f}` as SortKey, f, `fact`] as [SortKey, string, string]),
+      ...facts.map(f => [`${f}.last`, f, `fact`] as [string, string, string]),
       ...(withConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
       ['duration', 'Took', 'duration'],
       ['age', 'Updated', 'age']
@@ -342,16 +486,21 @@ export class RunBrowser extends Widget {
     for (const [by, label, col] of columns) {
       const th = el('th');
       th.dataset.col = col;
-      th.title = col === 'fact' ? `${label}: last / best (sort by last)` : label;
+      th.title =
+        col === 'fact'
+          ? `${label}: last / best (sort by ${label}.last; ${label}.best and the others in the sort menu)`
+          : col === 'sorted'
+            ? `${label}: the column the runs are sorted by`
+            : label;
       if (by) {
         const b = el('button', 'smz-sort', label);
-        b.addEventListener('click', () => {
-          this.sortDir = this.sortBy === by ? -this.sortDir : 1;
-          this.sortBy = by;
-          this.render();
-        });
+        b.dataset.sort = by;
+        b.addEventListener('click', () =>
+          this.sortBy(by, this.sort.column === by ? !this.sort.descending : false)
+        );
         th.appendChild(b);
-        th.setAttribute('aria-sort', this.sortBy === by ? (this.sortDir > 0 ? 'ascending' : 'descending') : 'none');
+        const on = sorted && this.sort.column === by && (col !== 'fact' || !extra);
+        th.setAttribute('aria-sort', on ? (this.sort.descending ? 'descending' : 'ascending') : 'none');
       } else {
         th.textContent = label;
       }
@@ -362,7 +511,7 @@ export class RunBrowser extends Widget {
     table.appendChild(thead);
     const tbody = el('tbody');
     for (const row of rows) {
-      tbody.appendChild(this.row(store, row, facts, withConfig, now));
+      tbody.appendChild(this.row(store, row, facts, withConfig, now, extra));
     }
     if (rows.length === 0) {
       const tr = el('tr');
@@ -376,7 +525,14 @@ export class RunBrowser extends Widget {
     return wrap;
   }
 
-  private row(store: IStore, row: IRun, facts: string[], withConfig: boolean, now: number): HTMLTableRowElement {
+  private row(
+    store: IStore,
+    row: IRun,
+    facts: string[],
+    withConfig: boolean,
+    now: number,
+    extra: string | null
+  ): HTMLTableRowElement {
     const k = key(store, row.run);
     const tr = el('tr', `smz-row smz-${row.state}`);
     tr.dataset.key = k;
@@ -434,6 +590,11 @@ export class RunBrowser extends Widget {
     more.setAttribute('aria-hidden', 'true'); // the same words are in the row's other cells
     name.append(line, more);
     cell('steps', row.steps === undefined ? '–' : String(row.steps));
+    if (extra) {
+      const v = columnValue(row, extra);
+      const sortedCell = cell('sorted', columnText(row, extra, now), `${extra}: ${columnText(row, extra, now)}`);
+      sortedCell.classList.toggle('smz-number', typeof v === 'number');
+    }
     const found = cell('findings', findingsText(row), findingsTitle(row));
     found.dataset.count = row.findings === null || row.findings === undefined ? '' : String(row.findings);
     if (warn) {
@@ -517,12 +678,16 @@ export class RunBrowser extends Widget {
   private openButton: HTMLButtonElement;
   private insertButton: HTMLButtonElement;
   private deleteButton: HTMLButtonElement;
+  private exploreButton: HTMLButtonElement;
+  private sortMenu: HTMLSelectElement;
+  private sortDir: HTMLButtonElement;
+  private sort: ISort = { column: 'run', descending: false };
+  private unsorted = new Map<string, string>(); // store id -> why it is listed by name, not in the order asked
+  private reading = 0; // the reads begun: only the last one's answer is shown
   private stores: IStore[] = [];
   private rows = new Map<string, IRun[]>();
   private selected = new Set<string>();
   private problem = '';
-  private sortBy: SortKey = 'run';
-  private sortDir = 1;
   private timer = 0;
   private typing = 0;
   private asked = ''; // the query the rows shown answer ('' for none)
