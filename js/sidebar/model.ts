@@ -5,6 +5,7 @@
 import { PathExt } from '@jupyterlab/coreutils';
 
 import type { Chart } from '../widgets/chart.js';
+import { pyString } from './pystring';
 
 export interface IStore {
   id: string;
@@ -163,10 +164,7 @@ export function configText(config: Record<string, unknown> | null | undefined): 
     .join(' ');
 }
 
-/** A Python string literal for any text (JSON's escapes are Python's too). */
-export function pyString(text: string): string {
-  return JSON.stringify(text);
-}
+export { pyString };
 
 /** An order of the listing, answered by the server (somatize/_server/_sort.py). */
 export interface ISort {

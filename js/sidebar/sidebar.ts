@@ -68,6 +68,11 @@ const QUERY_WAIT_MS = 400; // typing a query: ask the server once the typing pau
 // the columns the table shows of itself: sorting by another adds a column for it
 const SHOWN = new Set(['run', 'state', 'steps', 'findings', 'duration', 'age']);
 
+/** A column's name as the sorted column's header says it: a config key without `config.` (the menu says it). */
+function shortName(column: string): string {
+  return column.startsWith('config.') ? column.slice(7) : column;
+}
+
 /** A run's count of findings: a dash for none, an ellipsis while it is being counted. */
 function findingsText(row: IRun): string {
   if (row.findings === null || row.findings === undefined) {
@@ -409,7 +414,12 @@ export class RunBrowser extends Widget {
       const rows = this.shownRows(store); // in the server's order
       const facts = [...new Set(rows.flatMap(r => Object.keys(r.summarising ?? {})))].sort();
       const withConfig = rows.some(r => hasConfig(r.config));
-      section.appendChild(this.table(store, rows, facts, withConfig, now, !unsorted));
+      // a store none of whose runs is listed: a line, not a table of empty headers
+      section.appendChild(
+        rows.length
+          ? this.table(store, rows, facts, withConfig, now, !unsorted)
+          : el('p', 'smz-empty', 'No run matches.')
+      );
       this.body.appendChild(section);
     }
     this.fold();
@@ -476,7 +486,7 @@ export class RunBrowser extends Widget {
       [null, '', 'select'],
       ['run', 'Run', 'run'],
       ['steps', 'Steps', 'steps'],
-      ...(extra ? [[extra, extra, 'sorted'] as [string, string, string]] : []),
+      ...(extra ? [[extra, shortName(extra), 'sorted'] as [string, string, string]] : []),
       ['findings', 'Findings', 'findings'],
       ...facts.map(f => [`${f}.last`, f, `fact`] as [string, string, string]),
       ...(withConfig ? [[null, 'Config', 'config'] as [null, string, string]] : []),
@@ -512,13 +522,6 @@ export class RunBrowser extends Widget {
     const tbody = el('tbody');
     for (const row of rows) {
       tbody.appendChild(this.row(store, row, facts, withConfig, now, extra));
-    }
-    if (rows.length === 0) {
-      const tr = el('tr');
-      const td = el('td', 'smz-empty', 'No run matches.');
-      td.colSpan = columns.length;
-      tr.appendChild(td);
-      tbody.appendChild(tr);
     }
     table.appendChild(tbody);
     wrap.appendChild(table);
