@@ -220,11 +220,14 @@ def test_run_browser_sidebar_in_jupyterlab(runs_root, tmp_path):
                 page.keyboard.press(" ")
                 assert side.locator(f"tr.smz-row[data-run='{focused}']").get_attribute("aria-selected") == "true"
 
-                # sorted by name; a click on the column's header turns it round, another back
+                # sorted by name; a click on the column's header turns it round (the server sorts), another back
                 ours = side.locator("section:has(tr[data-run='alpha'])")
                 for want in (["sick", "live", "beta", "alpha"], ["alpha", "beta", "live", "sick"]):
                     ours.locator("th[data-col='run'] button").click()
-                    assert ours.locator("tr.smz-row").evaluate_all("rows => rows.map(r => r.dataset.run)") == want
+                    page.wait_for_function(
+                        "want => JSON.stringify([...document.querySelectorAll(\"#somatize-sidebar "
+                        "section:has(tr[data-run='alpha']) tr.smz-row\")].map(r => r.dataset.run)) === "
+                        "JSON.stringify(want)", arg=want, timeout=30_000)
 
                 # two runs overlaid: two curves and a legend
                 panel = open_two_runs(page, "alpha", "beta")
