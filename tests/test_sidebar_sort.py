@@ -187,6 +187,18 @@ def test_the_sidebar_sorts_by_any_column_and_opens_the_runs_in_a_notebook(tmp_pa
             errors = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
             assert errors.count() == 0
             page.screenshot(path=SHOTS / "explorer-1400.png")
+
+            # a part of a name: the explorer of the runs listed, by name
+            side.locator("input.smz-filter").fill("d")
+            wait_order(page, sid, ["d"])
+            page.wait_for_function("() => !document.querySelector('#somatize-sidebar button.smz-explore').disabled")
+            explore.click()
+            cell = page.locator(".jp-Notebook .jp-CodeCell", has_text="run in [")
+            cell.wait_for(timeout=30_000)
+            call = ast.parse(cell_text(cell)).body[-1].value
+            given = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+            assert given == {"where": 'run in ["d"]', "metric": "loss.best"}, given
+            assert list(runs(store, where=given["where"])["run"]) == ["d"]
         finally:
             page.screenshot(path=SHOTS / "page.png")
             browser.close()

@@ -252,6 +252,11 @@ export function storeFrom(here: string, storePath: string): string {
 
 const MAX_WHERE = 4000; // characters of a query (record/_where.MAX_LENGTH)
 
+/** A string in the query grammar (record/_where: its escapes are \\ \" \' \n \t). */
+function queryString(text: string): string {
+  return `"${text.replace(/[\\"]/g, c => `\\${c}`).replace(/\n/g, '\\n').replace(/\t/g, '\\t')}"`;
+}
+
 /**
  * The explorer's code for the runs the sidebar lists in one store:
  * `compare(store, where=..., metric=...)`. `where` is the filter's query as
@@ -269,7 +274,7 @@ export function explorerCode(
   const lines = ['from somatize.record import compare', '', `store = ${pyString(storePath)}`];
   let where = filter.query;
   if (!where && filter.name) {
-    const byName = `run in [${listed.map(r => pyString(r.run)).join(', ')}]`;
+    const byName = `run in [${listed.map(r => queryString(r.run)).join(', ')}]`;
     if (listed.length && listed.length <= 1000 && byName.length <= MAX_WHERE) {
       where = byName;
     } else {
