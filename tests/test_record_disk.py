@@ -396,7 +396,8 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     at least as long as it says, and the folder of each file made since was
     fsynced after the file was made. A close with facts pending writes the
     summary once, with the run's state in it."""
-    real_open, real_fsync, real_replace = os.open, os.fsync, os.replace
+    real_open, real_fsync, real_replace, real_mkdir = os.open, os.fsync, os.replace, os.mkdir
+    folders = {}  # folder -> the call's number when it was made (the run's own, by Recorder())
     synced = {}  # path -> size at its last fsync (files) or the call's number (folders)
     made = {}  # path -> the call's number when it was made
     renames = []
@@ -409,6 +410,12 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
             calls[0] += 1
             made[os.path.realpath(path)] = calls[0]
         return fd
+
+    def traced_mkdir(path, *a, dir_fd=None, **k):
+        real_mkdir(path, *a, dir_fd=dir_fd, **k)
+        calls[0] += 1
+        where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else "."
+        folders[os.path.realpath(os.path.join(where, path))] = calls[0]
 
     def traced_fsync(fd):
         real_fsync(fd)
@@ -428,12 +435,17 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
                     assert synced.get(path, -1) >= size, (name, size, synced.get(path))
                     if path in made:  # its name survives too: its folder synced after it was made
                         assert synced.get(os.path.dirname(path), 0) > made[path], name
+            if summary["log_bytes"]:  # facts counted: the run's own folders' names survive too
+                assert folders, "Recorder() made no folder?"
+                for made_folder, when in folders.items():
+                    assert synced.get(os.path.dirname(made_folder), 0) > when, made_folder
             renames.append(summary["state"])
         return real_replace(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "open", traced_open)
     monkeypatch.setattr(os, "fsync", traced_fsync)
     monkeypatch.setattr(os, "replace", traced_replace)
+    monkeypatch.setattr(os, "mkdir", traced_mkdir)
     rec = Recorder(store, run="r", summarising=["loss"])
     for i in range(120):
         rec.forward_began()
