@@ -64,7 +64,14 @@ def sync_all(fds):
         from concurrent.futures import ThreadPoolExecutor
 
         _syncers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="somatize-fsync")
-    done = [_syncers.submit(os.fsync, fd) for fd in fds]
+    done = []
+    for i, fd in enumerate(fds):
+        try:
+            done.append(_syncers.submit(os.fsync, fd))
+        except RuntimeError:  # the interpreter is exiting (its threads refuse work): the rest here
+            for rest in fds[i:]:
+                os.fsync(rest)
+            break
     for f in done:
         f.exception()  # waits: every fsync has finished before one failure is raised
     for f in done:
