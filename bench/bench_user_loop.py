@@ -21,7 +21,9 @@ included): what a user's cell costs.
 The variants run interleaved, round by round, the order rotating; a ratio is
 the median over rounds of (variant / reference) measured in the same round,
 so a busy machine slows both sides of it alike. Then each Recorder run's
-parts, in ms (medians): making the Recorder, the steps, close().
+parts, in ms (medians): making the Recorder, the steps, close(). The last two
+columns are each variant's best round and its ratio to the best round of the
+hand-written loop: what a machine busy with other work disturbs least.
 
     .venv/bin/python bench/bench_user_loop.py [--steps 300] [--rounds 31]
 
@@ -154,7 +156,8 @@ def main():
     print(f"{args.steps} steps x {args.rounds} rounds, batch 64, Adam, torch {torch.__version__}, 1 thread, "
           f"load average {load[0]:.1f} {load[1]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'variant':<19} {'ms/run':>8} {'x raw':>7} {'x raw+item':>11} {'x trainer':>10}"
-          f" {'make ms':>8} {'steps ms':>9} {'close ms':>9} {'CPU ms':>7} {'CPU x raw+item':>15}")
+          f" {'make ms':>8} {'steps ms':>9} {'close ms':>9} {'CPU ms':>7} {'CPU x raw+item':>15}"
+          f" {'best ms':>8} {'best x raw+item':>16}")
     for n in names:
         whole = [x[0] for x in got[n]]
         ratio = {ref: statistics.median(a[0] / b[0] for a, b in zip(got[n], got[ref]))
@@ -163,7 +166,8 @@ def main():
         print(f"{n:<19} {statistics.median(whole) * 1e3:>8.1f} {ratio['raw']:>6.3f}x {ratio['raw+item']:>10.3f}x"
               f" {ratio['trainer']:>9.3f}x {parts[0]:>8.2f} {parts[1]:>9.1f} {parts[2]:>9.2f}"
               f" {statistics.median(x[4] for x in got[n]) * 1e3:>7.1f}"
-              f" {statistics.median(a[4] / b[4] for a, b in zip(got[n], got['raw+item'])):>14.3f}x")
+              f" {statistics.median(a[4] / b[4] for a, b in zip(got[n], got['raw+item'])):>14.3f}x"
+              f" {min(whole) * 1e3:>8.1f} {min(whole) / min(x[0] for x in got['raw+item']):>15.3f}x")
 
 
 if __name__ == "__main__":
