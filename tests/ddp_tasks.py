@@ -174,3 +174,59 @@ def host_syncs(store, every):
             per_step.append(syncs.count - before)
     rec.close()
     return per_step
+
+
+
+SPIKE = 1e3  # a target this far off overflows fp16's scaled gradients of its rank (and one process's)
+STEPS_MIXED = 10
+
+
+def scaler_of(init_scale):
+    """A GradScaler whose decisions stay far from fp16's edge: it backs off
+    256x (the scale after a skip is far below what overflowed) and grows
+    every 3 updates."""
+    return torch.amp.GradScaler("cpu", init_scale=init_scale, backoff_factor=2.0**-8, growth_interval=3)
+
+
+def mixed(precision, every, init_scale, spike):
+    """float32 weights under ``precision`` on this rank's share of every
+    batch; with fp16 the Trainer's scaler replaced by ``scaler_of``. At step
+    ``spike`` the last rank's last example has a target ``SPIKE`` off, so
+    its gradients overflow there alone. Returns, per step: whether the
+    weights moved, the scale and the learning rate after it, whether weights
+    and scale were bitwise the same on every rank; and each step's gradient
+    of the scaled loss with respect to this rank's output rows (the first
+    tensor fp16 overflows in), rank 0's and the last rank's."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=100 + rank)
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    seen = []
+
+    def objective(out, y):
+        out.register_hook(lambda grad: seen.append(grad.float().reshape(-1).tolist()))
+        return MSE(out, y)
+
+    t = Trainer(g, objective, opt, every=every, precision=precision, schedule=schedule_of(opt, True))
+    if precision == "fp16":
+        t.scaler = scaler_of(init_scale)
+    moved, scales, lrs, same, losses = [], [], [], [], []
+    for x, y in mixed_batches(spike):
+        before = t.updates
+        losses.append(float(t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))))
+        moved.append(t.updates != before)
+        scale = t.scaler.get_scale() if t.scaler is not None else None
+        scales.append(scale)
+        lrs.append(opt.param_groups[0]["lr"])
+        mine = torch.cat([flat(g), torch.tensor([scale or 0.0])])
+        same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    last = torch.tensor(seen)
+    every_rank = _gathered(last, size)
+    return {"weights": flat(g).tolist(), "moved": moved, "scales": scales, "lrs": lrs, "same": same,
+            "losses": losses, "updates": t.updates, "seen": [every_rank[0].tolist(), every_rank[-1].tolist()]}
+
+
+def mixed_batches(spike):
+    data = batches(STEPS_MIXED, n=BATCH)
+    if spike is not None:
+        data[spike][1][-1] += SPIKE
+    return data

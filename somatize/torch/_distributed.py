@@ -21,10 +21,20 @@ the gradients' float dtype): for each parameter whether this rank has a
 gradient for it (a parameter no rank touched keeps ``grad = None``, as in
 one process), the examples in the rank's group, the step's loss times its
 examples and those examples, and each rank's busy time (its slot, the others
-zero, so the sum is every rank's). Each rank's gradient is the mean over its
-group; it is multiplied by its examples, summed and divided by the total:
-the mean over every example of every rank, exact when ranks hold different
-counts too. The step's loss is made the same way: the loss recorded is the
+zero, so the sum is every rank's).
+
+The Trainer weights each rank's losses by 1/size, so a rank's gradient is
+the mean over its group divided by size (and its backward sees, row for row, the numbers one process on the whole batch
+does: with fp16 the same values overflow, not twice them); it is multiplied
+by size times its examples, summed and divided by the total: the mean over
+every example of every rank, exact when ranks hold different counts too.
+
+fp16: the scaled gradients are all-reduced, then the scaler unscales them
+(the Trainer's ``_update``). An inf or nan on any rank reaches every rank
+through the sum, so each finds it in bitwise the same gradients and skips
+the same update, its scale moved alike, with no collective of its own.
+
+The step's loss is made as the gradients are: the loss recorded is the
 all-reduced mean over every rank's examples (``ranks`` in the record says
 how many ranks). A step that closes no group (``every=N``) all-reduces only
 its loss and clocks: one small collective a step.
@@ -131,7 +141,7 @@ class Ranks:
             pieces = [(params[i].grad if params[i].grad is not None else torch.zeros_like(params[i])).reshape(-1)
                       for i in part]
             flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
-            flat.mul_(examples)
+            flat.mul_(examples * self.size)  # the Trainer weighted this rank's losses by 1/size
             flats.append(flat)
         # the extras ride in the first bucket of a float dtype on the first parameter's device, else alone
         host = next((k for k, f in enumerate(flats) if f.dtype in _FLOATS and f.device == device), None)

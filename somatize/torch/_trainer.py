@@ -160,8 +160,12 @@ class Trainer:
     ranks: rank 0's weights broadcast as it is made, each rank given its own
     share of every batch, the gradients all-reduced once per update (never
     per step or piece) and averaged over every rank's examples, so the
-    weights are the same on every rank after every update. The loss said is
-    the mean over every rank's examples (``ranks`` says over how many);
+    weights are the same on every rank after every update (each rank's
+    losses weighted by 1/ranks, so its backward sees the numbers one
+    process on the whole batch would; fp16's scaler unscales the
+    all-reduced gradients, so every rank skips the same updates and keeps
+    one scale). The loss said is the mean over every rank's examples
+    (``ranks`` says over how many);
     only rank 0's ``watching=`` hears the job, with each rank's own time a
     step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
     by rank 0 with each rank's own random streams, resumed on as many ranks.
@@ -346,6 +350,8 @@ class Trainer:
         if self._open == 0:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
+        if self._ranks is not None:  # this rank's share of the job's examples (_distributed.Ranks.sync)
+            unit /= self._ranks.size
         value = None
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
         split, now = self._split, perf_counter_ns if clocks else _no_clock
