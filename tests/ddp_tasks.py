@@ -230,3 +230,60 @@ def mixed_batches(spike):
     if spike is not None:
         data[spike][1][-1] += SPIKE
     return data
+
+
+def non_finite(store, read_every, every, bad_step, bad_rank, watcher):
+    """16 steps; at ``bad_step`` rank ``bad_rank``'s share holds a nan, so
+    its own loss is nan. Rank 0 is watched by ``watcher``: "recorder" (its
+    reads by time made every step, and a flush at every step, so its reads
+    come at other steps than the other ranks'), or "function" (a plain
+    function, so rank 0 alone would read each step: read_every=1). Every rank
+    catches what it raises; then (a collective, which a rank gone would
+    fail) rank 0 gathers each rank's error, step, steps done and whether
+    the weights are bitwise the same everywhere, and unchanged since
+    before the bad step."""
+    from somatize import NonFiniteLoss
+    from somatize.torch import _reading
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0, dtype=torch.float64)
+    opt = torch.optim.SGD(parameters(g), lr=1e-2)
+    rec = None
+    if watcher == "recorder":
+        rec = watching = Recorder(store, run="nan")
+        if rank == 0:
+            _reading.READ_AT_MOST_NS = 0  # rank 0 also reads by time at every step; the others do not
+    else:
+        watching = [] if rank else (lambda fact: None)
+    t = Trainer(g, MSE, opt, every=every, watching=watching, read_every=read_every, instruments=False)
+    data = batches(16, n=BATCH, dtype=torch.float64)
+    data[bad_step][0][bad_rank * (BATCH // size)] = float("nan")
+    error, before = None, None
+    try:
+        for i, (x, y) in enumerate(data):
+            if i == bad_step:
+                before = flat(g)
+            t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+            if rec is not None:
+                rec.flush()
+        t.deliver()
+    except NonFiniteLoss as e:
+        error = {"type": "NonFiniteLoss", "step": e.step, "ranks": e.ranks, "message": str(e)}
+    except Exception as e:  # noqa: BLE001  what a rank raised, sent back to compare
+        error = {"type": type(e).__name__, "message": str(e)}
+    import hashlib
+
+    mine = flat(g)
+    kind = 0 if error is None else 1 if error["type"] == "NonFiniteLoss" else 2
+    digest = list(hashlib.sha256((error or {}).get("message", "").encode()).digest()[:8])
+    row = torch.tensor([kind, (error or {}).get("step", -1), t.steps, t.read_every,
+                        int(before is not None and torch.equal(mine.view(torch.int64), before.view(torch.int64))),
+                        sum(1 << r for r in (error or {}).get("ranks", []))] + digest, dtype=torch.int64)
+    said = _gathered(row, size)  # no pickle: each rank's error as numbers, its message as a digest
+    bits = mine.view(torch.int64)  # bitwise: nan weights (read_every > 1 updated with the nan) compare too
+    same = all(torch.equal(bits, other) for other in _gathered(bits, size))
+    if rec is not None:
+        rec.close()
+    keys = ("kind", "step", "steps", "read_every", "untouched", "ranks")
+    return {"ranks": [dict(zip(keys, r[:6].tolist()), digest=r[6:].tolist()) for r in said],
+            "error": error, "same": same}

@@ -288,3 +288,36 @@ def test_mixed_precision_on_two_ranks_skips_and_scales_as_one_process_on_the_who
             fine = want_rows.isfinite()
             if fine.any():
                 assert (step[fine] - want_rows[fine]).norm() <= 1e-2 * want_rows[fine].norm()
+
+
+NON_FINITE = {  # read_every, every, the step whose share on the bad rank holds a nan, that rank, rank 0's watcher
+    "read_every=4": (4, 1, 5, 1, "recorder"),
+    "read_every=4,every=2": (4, 2, 6, 0, "recorder"),
+    "read_every=1": (1, 1, 5, 1, "function"),
+    "read_every=1,every=3": (1, 3, 4, 1, "function"),
+    "rank 0 alone reads each step": (None, 1, 3, 1, "function"),
+}
+
+
+@pytest.mark.parametrize("case", list(NON_FINITE))
+def test_a_non_finite_loss_on_one_rank_is_refused_by_every_rank_at_the_same_step_naming_it(case, tmp_path):
+    read_every, every, bad_step, bad_rank, watcher = NON_FINITE[case]
+    got = launch(ddp_tasks.non_finite, str(tmp_path / "s"), read_every, every, bad_step, bad_rank, watcher,
+                 nprocs=2, timeout_s=TIMEOUT_S)
+    said = got["ranks"]
+    assert got["error"]["type"] == "NonFiniteLoss", got["error"]
+    # every rank raised NonFiniteLoss (not RankLost), naming the same step and rank, after as many steps,
+    # with the same message; the weights stayed bitwise the same on every rank
+    assert [r["kind"] for r in said] == [1, 1], said
+    assert {r["step"] for r in said} == {bad_step} and {r["ranks"] for r in said} == {1 << bad_rank}
+    assert said[0]["steps"] == said[1]["steps"] and said[0]["digest"] == said[1]["digest"]
+    assert said[0]["read_every"] == said[1]["read_every"] == (read_every or 1)  # rank 0's plain function rules
+    assert got["same"]
+    message = got["error"]["message"]
+    assert f"step {bad_step}: the loss over every rank's examples is nan (rank {bad_rank}'s own loss was nan)" \
+        in message and "every rank raises this" in message
+    if (read_every or 1) == 1:  # refused before the update: nothing moved, on any rank
+        assert said[0]["steps"] == bad_step + 1 and all(r["untouched"] for r in said)
+    else:  # at the end of the step read_every - 1 after it, by which every rank has read it
+        assert said[0]["steps"] == bad_step + read_every
+        assert f"read off the device {read_every - 1} steps later (read_every={read_every})" in message
