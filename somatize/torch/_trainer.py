@@ -846,7 +846,7 @@ class Trainer:
                 "optimizer's state and any open group's gradients are as before the group "
                 "began). Look at this batch, lower the learning rate, or pass clip= to the Trainer."
             )
-            e.step, e.loss = index, value
+            e.step, e.loss, e.ranks = index, value, []
             raise e
         return loss.detach()
 
