@@ -173,11 +173,11 @@ class Trainer:
     steps (``read_every`` the least any rank asks for: 1 when rank 0 is
     watched by a plain function), and a non-finite loss, over every rank's
     examples, is refused by every rank at the same step (with
-    ``read_every=1`` before the update), the ``NonFiniteLoss`` naming the rank
-    whose own loss it was. Every rank makes the same calls in the same order (``step``, ``close_group``, ``checkpoint``,
-    ``evaluate``, ``fit``: each holds a collective), on as many batches; a
-    rank that stops makes the others raise ``RankLost`` within the process
-    group's timeout.
+    ``read_every=1`` before the update), the ``NonFiniteLoss`` naming the
+    rank whose own loss it was. Every rank makes the same calls in the same
+    order (``step``, ``close_group``, ``checkpoint``, ``evaluate``, ``fit``:
+    each holds a collective), on as many batches; a rank that stops makes the
+    others raise ``RankLost`` within the process group's timeout.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
