@@ -174,3 +174,116 @@ def host_syncs(store, every):
             per_step.append(syncs.count - before)
     rec.close()
     return per_step
+
+
+
+SPIKE = 1e3  # a target this far off overflows fp16's scaled gradients of its rank (and one process's)
+STEPS_MIXED = 10
+
+
+def scaler_of(init_scale):
+    """A GradScaler whose decisions stay far from fp16's edge: it backs off
+    256x (the scale after a skip is far below what overflowed) and grows
+    every 3 updates."""
+    return torch.amp.GradScaler("cpu", init_scale=init_scale, backoff_factor=2.0**-8, growth_interval=3)
+
+
+def mixed(precision, every, init_scale, spike):
+    """float32 weights under ``precision`` on this rank's share of every
+    batch; with fp16 the Trainer's scaler replaced by ``scaler_of``. At step
+    ``spike`` the last rank's last example has a target ``SPIKE`` off, so
+    its gradients overflow there alone. Returns, per step: whether the
+    weights moved, the scale and the learning rate after it, whether weights
+    and scale were bitwise the same on every rank; and each step's gradient
+    of the scaled loss with respect to this rank's output rows (the first
+    tensor fp16 overflows in), rank 0's and the last rank's."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=100 + rank)
+    opt = torch.optim.Adam(parameters(g), lr=1e-2)
+    seen = []
+
+    def objective(out, y):
+        out.register_hook(lambda grad: seen.append(grad.float().reshape(-1).tolist()))
+        return MSE(out, y)
+
+    t = Trainer(g, objective, opt, every=every, precision=precision, schedule=schedule_of(opt, True))
+    if precision == "fp16":
+        t.scaler = scaler_of(init_scale)
+    moved, scales, lrs, same, losses = [], [], [], [], []
+    for x, y in mixed_batches(spike):
+        before = t.updates
+        losses.append(float(t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))))
+        moved.append(t.updates != before)
+        scale = t.scaler.get_scale() if t.scaler is not None else None
+        scales.append(scale)
+        lrs.append(opt.param_groups[0]["lr"])
+        mine = torch.cat([flat(g), torch.tensor([scale or 0.0])])
+        same.append(all(torch.equal(mine, other) for other in _gathered(mine, size)))
+    last = torch.tensor(seen)
+    every_rank = _gathered(last, size)
+    return {"weights": flat(g).tolist(), "moved": moved, "scales": scales, "lrs": lrs, "same": same,
+            "losses": losses, "updates": t.updates, "seen": [every_rank[0].tolist(), every_rank[-1].tolist()]}
+
+
+def mixed_batches(spike):
+    data = batches(STEPS_MIXED, n=BATCH)
+    if spike is not None:
+        data[spike][1][-1] += SPIKE
+    return data
+
+
+def non_finite(store, read_every, every, bad_step, bad_rank, watcher):
+    """16 steps; at ``bad_step`` rank ``bad_rank``'s share holds a nan, so
+    its own loss is nan. Rank 0 is watched by ``watcher``: "recorder" (its
+    reads by time made every step, and a flush at every step, so its reads
+    come at other steps than the other ranks'), or "function" (a plain
+    function, so rank 0 alone would read each step: read_every=1). Every rank
+    catches what it raises; then (a collective, which a rank gone would
+    fail) rank 0 gathers each rank's error, step, steps done and whether
+    the weights are bitwise the same everywhere, and unchanged since
+    before the bad step."""
+    from somatize import NonFiniteLoss
+    from somatize.torch import _reading
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0, dtype=torch.float64)
+    opt = torch.optim.SGD(parameters(g), lr=1e-2)
+    rec = None
+    if watcher == "recorder":
+        rec = watching = Recorder(store, run="nan")
+        if rank == 0:
+            _reading.READ_AT_MOST_NS = 0  # rank 0 also reads by time at every step; the others do not
+    else:
+        watching = [] if rank else (lambda fact: None)
+    t = Trainer(g, MSE, opt, every=every, watching=watching, read_every=read_every, instruments=False)
+    data = batches(16, n=BATCH, dtype=torch.float64)
+    data[bad_step][0][bad_rank * (BATCH // size)] = float("nan")
+    error, before = None, None
+    try:
+        for i, (x, y) in enumerate(data):
+            if i == bad_step:
+                before = flat(g)
+            t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+            if rec is not None:
+                rec.flush()
+        t.deliver()
+    except NonFiniteLoss as e:
+        error = {"type": "NonFiniteLoss", "step": e.step, "ranks": e.ranks, "message": str(e)}
+    except Exception as e:  # noqa: BLE001  what a rank raised, sent back to compare
+        error = {"type": type(e).__name__, "message": str(e)}
+    import hashlib
+
+    mine = flat(g)
+    kind = 0 if error is None else 1 if error["type"] == "NonFiniteLoss" else 2
+    digest = list(hashlib.sha256((error or {}).get("message", "").encode()).digest()[:8])
+    row = torch.tensor([kind, (error or {}).get("step", -1), t.steps, t.read_every,
+                        int(before is not None and torch.equal(mine.view(torch.int64), before.view(torch.int64))),
+                        sum(1 << r for r in (error or {}).get("ranks", []))] + digest, dtype=torch.int64)
+    said = _gathered(row, size)  # no pickle: each rank's error as numbers, its message as a digest
+    bits = mine.view(torch.int64)  # bitwise: nan weights (read_every > 1 updated with the nan) compare too
+    same = all(torch.equal(bits, other) for other in _gathered(bits, size))
+    if rec is not None:
+        rec.close()
+    keys = ("kind", "step", "steps", "read_every", "untouched", "ranks")
+    return {"ranks": [dict(zip(keys, r[:6].tolist()), digest=r[6:].tolist()) for r in said],
+            "error": error, "same": same}

@@ -5,6 +5,7 @@ trains; weights bitwise equal across ranks after every update; a job killed
 and relaunched equals one never stopped; a rank lost is named."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -209,3 +210,114 @@ def test_a_checkpoint_kept_on_two_ranks_is_refused_on_three_naming_why(tmp_path)
         launch(ddp_tasks.resumed, store, 4, nprocs=2, timeout_s=TIMEOUT_S)  # a checkpoint at step 3, then lost
     with pytest.raises(somatize.LaunchError, match=r"kept by a job of 2 ranks, and this one runs on 3 ranks"):
         launch(ddp_tasks.resumed, store, nprocs=3, timeout_s=TIMEOUT_S)
+
+
+
+def mixed_oracle(precision, every, init_scale, spike):
+    """A hand-written autocast loop in one process on the whole batches: the
+    scaler's scale, unscale_, step and update once per group, each step's loss
+    weighted by 1/every; the schedule stepped on the updates not skipped."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    g = built(seed=100)
+    net = torch.nn.Sequential(copy.deepcopy(g.node("body").net), copy.deepcopy(g.node("head").out))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    sched = ddp_tasks.schedule_of(opt, True)
+    scaler = ddp_tasks.scaler_of(init_scale) if precision == "fp16" else None
+    moved, scales, lrs, losses, seen = [], [], [], [], []
+    for i, (x, y) in enumerate(ddp_tasks.mixed_batches(spike)):
+        with torch.autocast("cpu", dtype=dtype):
+            out = net(x)
+            loss = ddp_tasks.MSE(out, y)
+        out.register_hook(lambda grad: seen.append(grad.float().reshape(-1)))
+        losses.append(loss.item())
+        (loss / every if scaler is None else scaler.scale(loss / every)).backward()
+        went = False
+        if (i + 1) % every == 0:
+            if scaler is None:
+                opt.step()
+                went = True
+            else:
+                scaler.unscale_(opt)
+                before = scaler.get_scale()
+                scaler.step(opt)
+                scaler.update()
+                went = scaler.get_scale() >= before
+            opt.zero_grad()
+            if went:
+                sched.step()
+        moved.append(went)
+        scales.append(scaler.get_scale() if scaler is not None else None)
+        lrs.append(opt.param_groups[0]["lr"])
+    weights = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    return weights, moved, scales, lrs, losses, torch.stack(seen)
+
+
+MIXED = {  # precision, every, the scaler's first scale, the step whose last example overflows its rank alone
+    "fp16": ("fp16", 1, 2.0**28, 6),
+    "fp16,every=2": ("fp16", 2, 2.0**20, 8),
+    "bf16": ("bf16", 1, None, None),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_mixed_precision_on_two_ranks_skips_and_scales_as_one_process_on_the_whole_batch(case):
+    precision, every, init_scale, spike = MIXED[case]
+    got = launch(ddp_tasks.mixed, precision, every, init_scale, spike, nprocs=2, timeout_s=TIMEOUT_S)
+    want, moved, scales, lrs, losses, seen = mixed_oracle(precision, every, init_scale, spike)
+    assert got["same"] == [True] * ddp_tasks.STEPS_MIXED  # weights and scale bitwise equal on both ranks
+    # the same updates skipped (a huge first scale, then inf found on one rank's gradients skips both),
+    # the scale backed off and grown at the same steps, the schedule stepped only on the updates made
+    assert got["moved"] == moved and got["scales"] == scales and got["lrs"] == lrs
+    if precision == "fp16":  # the first update skipped, and the one holding the spike; the scale grown once
+        closes = spike + every - 1 - spike % every
+        assert moved[every - 1] is False and moved[closes] is False and sum(moved) >= 3
+        assert scales[closes] < scales[closes - 1] and any(b > a for a, b in zip(scales, scales[1:]))
+    assert got["updates"] == sum(moved)
+    assert max(abs(a - b) for a, b in zip(got["losses"], losses)) <= 1e-3 * max(map(abs, losses))
+    assert (torch.tensor(got["weights"]) - want).abs().max().item() <= 1e-3
+    # each rank's backward starts from the numbers one process's does for its rows: the gradient of
+    # the scaled loss w.r.t. the output (each rank's loss weighted by 1/2, not a mean over its half
+    # alone, which doubled them and overflowed fp16 where one process did not). Equal up to the
+    # forward's rounding: a half batch is not computed bitwise as those rows of the whole one.
+    half = ddp_tasks.BATCH // 2
+    for rank, rows in ((0, seen[:, :half]), (1, seen[:, half:])):
+        mine = torch.tensor([[math.inf if v is None else v for v in step] for step in got["seen"][rank]],
+                            dtype=rows.dtype)
+        assert torch.equal(mine.isfinite(), rows.isfinite())  # overflowed in the same places (JSON: null)
+        for step, want_rows in zip(mine, rows):
+            fine = want_rows.isfinite()
+            if fine.any():
+                assert (step[fine] - want_rows[fine]).norm() <= 1e-2 * want_rows[fine].norm()
+
+
+NON_FINITE = {  # read_every, every, the step whose share on the bad rank holds a nan, that rank, rank 0's watcher
+    "read_every=4": (4, 1, 5, 1, "recorder"),
+    "read_every=4,every=2": (4, 2, 6, 0, "recorder"),
+    "read_every=1": (1, 1, 5, 1, "function"),
+    "read_every=1,every=3": (1, 3, 4, 1, "function"),
+    "rank 0 alone reads each step": (None, 1, 3, 1, "function"),
+}
+
+
+@pytest.mark.parametrize("case", list(NON_FINITE))
+def test_a_non_finite_loss_on_one_rank_is_refused_by_every_rank_at_the_same_step_naming_it(case, tmp_path):
+    read_every, every, bad_step, bad_rank, watcher = NON_FINITE[case]
+    got = launch(ddp_tasks.non_finite, str(tmp_path / "s"), read_every, every, bad_step, bad_rank, watcher,
+                 nprocs=2, timeout_s=TIMEOUT_S)
+    said = got["ranks"]
+    assert got["error"]["type"] == "NonFiniteLoss", got["error"]
+    # every rank raised NonFiniteLoss (not RankLost), naming the same step and rank, after as many steps,
+    # with the same message; the weights stayed bitwise the same on every rank
+    assert [r["kind"] for r in said] == [1, 1], said
+    assert {r["step"] for r in said} == {bad_step} and {r["ranks"] for r in said} == {1 << bad_rank}
+    assert said[0]["steps"] == said[1]["steps"] and said[0]["digest"] == said[1]["digest"]
+    assert said[0]["read_every"] == said[1]["read_every"] == (read_every or 1)  # rank 0's plain function rules
+    assert got["same"]
+    message = got["error"]["message"]
+    assert f"step {bad_step}: the loss over every rank's examples is nan (rank {bad_rank}'s own loss was nan)" \
+        in message and "every rank raises this" in message
+    if (read_every or 1) == 1:  # refused before the update: nothing moved, on any rank
+        assert said[0]["steps"] == bad_step + 1 and all(r["untouched"] for r in said)
+    else:  # at the end of the step read_every - 1 after it, by which every rank has read it
+        assert said[0]["steps"] == bad_step + read_every
+        assert f"read off the device {read_every - 1} steps later (read_every={read_every})" in message

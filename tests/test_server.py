@@ -563,6 +563,27 @@ async def test_per_node_time_and_facts_one_forward_a_page(jp_fetch, layout):
     assert e.value.code == 400
 
 
+async def test_the_nodes_route_sends_a_data_parallel_runs_time_per_rank_as_spent_computes_it(jp_fetch, layout):
+    from somatize import Recorder
+    from somatize.record import spent
+
+    with Recorder(layout["store"], run="ddp") as rec:
+        rec({"fact": "ranks", "value": 2})
+        for i in range(6):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 30})
+            rec({"fact": "finished", "took_us": 40})
+            for rank, us in ((0, 900), (1, 600)):
+                rec({"fact": "rank_us", "rank": rank, "value": us + i})
+    sid = await the_store(jp_fetch)
+    got = await get(jp_fetch, "stores", sid, "runs", "ddp", "nodes")
+    want = spent(layout["store"], run="ddp")
+    assert got["ranks"] == want.ranks and got["straggler"] == want.straggler
+    assert [r["mean_us"] for r in got["ranks"]] == [903.0, 603.0] and got["straggler"]["rank"] == 0  # warm-up out
+    alone = await get(jp_fetch, "stores", sid, "runs", "alpha", "nodes")
+    assert alone["ranks"] == [] and alone["straggler"] is None
+
+
 async def test_delete_removes_one_run_and_leaves_the_others(jp_fetch, layout):
     sid = await the_store(jp_fetch)
     r = await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")

@@ -13,6 +13,7 @@ import { Message } from '@lumino/messaging';
 
 import { IChart, IChosen, IFinding, INode, IRun, best, configValue, duration, hasConfig, number } from './model';
 import { el } from './dom';
+import { IRankTime, rankRows } from './ranks';
 import { requestAPI } from './request';
 import { PALETTE, drawChart, drawLegend } from '../widgets/chart.js';
 
@@ -73,11 +74,14 @@ export class RunsPanel extends Widget {
       name: this.curveName,
       run: this.chosen.slice(0, CHART_RUNS).map(c => `${c.store.id}/${c.row.run}`)
     }).catch((e: Error) => e.message || 'the server did not answer');
+    // the nodes' time, and a data-parallel run's time per rank (ranks.ts)
     const nodes = await Promise.all(
-      this.chosen.map(c => requestAPI<{ nodes: INode[] }>(`${base(c)}/nodes`).catch(() => ({ nodes: [] as INode[] })))
+      this.chosen.map(c =>
+        requestAPI<{ nodes: INode[] } & IRankTime>(`${base(c)}/nodes`).catch(() => ({ nodes: [] as INode[] }))
+      )
     );
     this.drawCurves(chart);
-    this.drawSpent(nodes.map(n => n.nodes));
+    this.drawSpent(nodes);
     this.drawTable();
     const found = await Promise.all(
       this.chosen.map(c =>
@@ -149,10 +153,12 @@ export class RunsPanel extends Widget {
     chart.setAttribute('aria-label', `${data.ylabel} of ${data.series.length} runs`);
   }
 
-  private drawSpent(perRun: INode[][]): void {
-    this.spent.replaceChildren(el('h3', 'smz-h', 'Where the time went, per node'));
+  private drawSpent(perRun: ({ nodes: INode[] } & IRankTime)[]): void {
+    const ranked = perRun.some(t => t.ranks?.length);
+    this.spent.replaceChildren(el('h3', 'smz-h', `Where the time went, per node${ranked ? ' and per rank' : ''}`));
     const grid = el('div', 'smz-spent-grid');
-    perRun.forEach((nodes, i) => {
+    perRun.forEach((time, i) => {
+      const nodes = time.nodes;
       const box = el('div', 'smz-spent-run');
       box.appendChild(el('div', 'smz-spent-title', this.chosen[i].row.run));
       const most = Math.max(1, ...nodes.map(n => n.total_us));
@@ -173,6 +179,7 @@ export class RunsPanel extends Widget {
         row.append(name, track, text);
         box.appendChild(row);
       }
+      box.append(...rankRows(time));
       grid.appendChild(box);
     });
     this.spent.appendChild(grid);

@@ -78,7 +78,9 @@ class NonFiniteLoss(SomatizeError, FloatingPointError):
     ``loss`` the value. Raised by ``somatize.torch.Trainer`` when it reads the
     loss (with ``read_every=1`` before its backward, nothing updated; else on
     the bulk read that finds it); defined here so that it can be caught
-    without importing torch."""
+    without importing torch. Data parallel: every rank raises it at the same
+    step, ``loss`` the loss over every rank's examples and ``ranks`` the
+    ranks whose own loss was not finite (empty in one process)."""
 
 
 class RankLost(SomatizeError, RuntimeError):

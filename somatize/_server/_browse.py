@@ -387,6 +387,17 @@ class Browser:
         return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
                 for r in frame.to_dict("records")]
 
+    def rank_time(self, sid: str, run: str) -> dict:
+        """A data-parallel run's time per rank and its straggler, as ``spent``
+        computes them (``record._ranks.rank_time``): ``{"ranks": [{"rank",
+        "mean_us", "steps"}], "straggler": {...} or None}``; no ranks for a
+        run of one process."""
+        from ..record._ranks import rank_time
+
+        root, _ = self.run_folder(sid, run)
+        with self._noting_damage(sid, run):
+            return rank_time(root, run)
+
     def facts(self, sid: str, run: str, forward: int = 0) -> dict:
         """The facts of one forward (a page), with how many forwards there are."""
         from ..record import facts

@@ -133,7 +133,9 @@ def _run_view(answer):
 
 CurveHandler = _run_view(lambda h, sid, run: h.browser.curve(
     sid, run, h.get_query_argument("name", "loss")[:300], h._int("points", POINTS, 2, POINTS)))
-NodesHandler = _run_view(lambda h, sid, run: {"run": run, "nodes": h.browser.nodes(sid, run)})
+# a run's time: each node's, and a data-parallel run's each rank's with its straggler (spent's numbers)
+NodesHandler = _run_view(lambda h, sid, run: {"run": run, "nodes": h.browser.nodes(sid, run),
+                                              **h.browser.rank_time(sid, run)})
 FindingsHandler = _run_view(lambda h, sid, run: h.browser.findings(sid, run))
 FactsHandler = _run_view(lambda h, sid, run: h.browser.facts(sid, run, h._int("forward", 0)))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from html import escape
 
 from .._pictures import _svg
+from ..record._ranks import rank_time  # each rank's time and the straggler, as the run browser shows them
 from . import _graph
 from ._bundle import panel_bundle
 
@@ -36,7 +37,6 @@ TRAINER_FACT = "trainer_us"
 TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward"),
                  ("update_us", "optimizer update"))
 EVALUATION_FACT = "eval_us"  # µs of one trainer.evaluate (torch/_evaluate.py): its unwatched forwards and metrics
-RANKS_FACT, RANK_FACT = "ranks", "rank_us"  # a data-parallel run: its ranks, and each rank's own work a step
 BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
 SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
@@ -122,46 +122,9 @@ def spent_data(store, run, forward=None):
                  for f in said if f.get("fact") in ("ran", "recalled")]
         total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
         timeline = {"forward": which, "total_us": total, "spans": spans}
-    ranks = _ranks_of(store, run)
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
             "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
-            "spread": spread_of(store, run, per_forward, count), "ranks": ranks, "straggler": _straggler(ranks)}
-
-
-def _ranks_of(store, run):
-    """[{"rank", "mean_us", "steps"}] of a data-parallel run, from the series
-    `rank_us/rank<i>` (each rank's own work a step, before it waited for the
-    others: torch/_distributed.py), the warm-up step left out; [] for a run
-    of one process."""
-    from somatize._base.errors import SomatizeKeyError
-    from somatize.record import curve
-
-    try:
-        size = curve(store, run=run, name=RANKS_FACT).dropna()
-    except SomatizeKeyError:
-        return []
-    out = []
-    for rank in range(int(size.iloc[-1]) if len(size) else 0):
-        try:
-            c = curve(store, run=run, name=f"{RANK_FACT}/rank{rank}").dropna()
-        except SomatizeKeyError:
-            continue
-        c = c.iloc[WARMUP:] if len(c) > WARMUP else c
-        if len(c):
-            out.append({"rank": rank, "mean_us": float(c.mean()), "steps": int(len(c))})
-    return out
-
-
-def _straggler(ranks):
-    """The rank whose steps take longest, and by how much over the fastest:
-    {"rank", "mean_us", "fastest", "over_us", "over"} (over: a ratio - 1), or None."""
-    if len(ranks) < 2:
-        return None
-    slow = max(ranks, key=lambda r: r["mean_us"])
-    fast = min(ranks, key=lambda r: r["mean_us"])
-    over = slow["mean_us"] - fast["mean_us"]
-    return {"rank": slow["rank"], "mean_us": slow["mean_us"], "fastest": fast["rank"], "over_us": over,
-            "over": over / fast["mean_us"] if fast["mean_us"] else 0.0}
+            "spread": spread_of(store, run, per_forward, count), **rank_time(store, run)}
 
 
 def straggler_text(d):

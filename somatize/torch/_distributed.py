@@ -19,14 +19,28 @@ Frozen nodes take no part (their parameters are not the optimizer's).
 What one all-reduce carries, besides the gradients (``extras``, float64 or
 the gradients' float dtype): for each parameter whether this rank has a
 gradient for it (a parameter no rank touched keeps ``grad = None``, as in
-one process), the examples in the rank's group, the step's loss times its
-examples and those examples, and each rank's busy time (its slot, the others
-zero, so the sum is every rank's). Each rank's gradient is the mean over its
-group; it is multiplied by its examples, summed and divided by the total:
-the mean over every example of every rank, exact when ranks hold different
-counts too. The step's loss is made the same way: the loss recorded is the
-all-reduced mean over every rank's examples (``ranks`` in the record says
-how many ranks). A step that closes no group (``every=N``) all-reduces only
+one process), the examples in the rank's group, the step's examples, and
+per rank its loss times its examples and its busy time (its own slots, the
+others zero, so the sum holds every rank's).
+
+The Trainer weights each rank's losses by 1/size, so a rank's gradient is
+the mean over its group divided by size (and its backward sees, row for row, the numbers one process on the whole batch
+does: with fp16 the same values overflow, not twice them); it is multiplied
+by size times its examples, summed and divided by the total: the mean over
+every example of every rank, exact when ranks hold different counts too.
+
+fp16: the scaled gradients are all-reduced, then the scaler unscales them
+(the Trainer's ``_update``). An inf or nan on any rank reaches every rank
+through the sum, so each finds it in bitwise the same gradients and skips
+the same update, its scale moved alike, with no collective of its own.
+
+The step's loss is made as the gradients are: the loss recorded is the
+mean over every rank's examples (the ranks' slots summed in rank order, so
+bitwise the same on every rank; ``ranks`` in the record says how many
+ranks). It is not finite exactly when some rank's is, so every rank finds a
+non-finite loss at the same step, and the slots name the rank; the Trainer
+refuses it on every rank at the same step (``Trainer._read``), with no
+message of its own. A step that closes no group (``every=N``) all-reduces only
 its loss and clocks: one small collective a step.
 """
 
@@ -75,6 +89,7 @@ class Ranks:
         self.src = 0 if group is None else dist.get_global_rank(group, 0)  # rank 0 of the group, globally
         nccl = dist.get_backend(group) == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None  # where collectives run
+        self.losses = None  # each rank's own loss times its examples in the last sync (a tensor; see _extras)
 
     def broadcast(self, tensors, what):
         """Rank 0's values of ``tensors`` put on every rank, in place."""
@@ -131,7 +146,7 @@ class Ranks:
             pieces = [(params[i].grad if params[i].grad is not None else torch.zeros_like(params[i])).reshape(-1)
                       for i in part]
             flat = torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
-            flat.mul_(examples)
+            flat.mul_(examples * self.size)  # the Trainer weighted this rank's losses by 1/size
             flats.append(flat)
         # the extras ride in the first bucket of a float dtype on the first parameter's device, else alone
         host = next((k for k, f in enumerate(flats) if f.dtype in _FLOATS and f.device == device), None)
@@ -148,7 +163,7 @@ class Ranks:
         for w in works:
             self._collective("the gradients' all-reduce", w.wait)
         if host is not None:
-            extras = flats[host][cut:]
+            extras = flats[host][cut:].clone()  # a copy: a view would keep the bucket alive while it is held
             flats[host] = flats[host][:cut]
         p_count = len(params)
         # A rank with every gradient knows every parameter has one somewhere; only one lacking some reads the flags
@@ -174,6 +189,12 @@ class Ranks:
         self._collective("the loss's all-reduce", lambda: self.dist.all_reduce(extras, group=self.group))
         return self._loss_and_clocks(extras[1:], loss)
 
+    def least(self, value, what):
+        """The least of an int over every rank."""
+        t = torch.tensor([int(value)], dtype=torch.int64, device=self.device)
+        self._collective(what, lambda: self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN, group=self.group))
+        return int(t.item())
+
     def summed(self, values, what):
         """Floats summed over every rank (float64)."""
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -188,18 +209,26 @@ class Ranks:
         return out if self.device is None else [t.to(tensor.device) for t in out]
 
     def _extras(self, flags, examples, loss, n, busy_us, dtype, device):
-        clocks = [0.0] * self.size
-        clocks[self.rank] = float(busy_us)
-        head = torch.tensor(flags + [float(examples)], dtype=dtype, device=device)
+        """[flags, examples, n, each rank's loss * n, each rank's µs]: this rank's
+        own slots filled, the others zero, so the sum holds every rank's."""
+        size, rank = self.size, self.rank
+        clocks = [0.0] * size
+        clocks[rank] = float(busy_us)
+        head = torch.tensor(flags + [float(examples), float(n)] + [0.0] * rank, dtype=dtype, device=device)
         weighted = (loss.detach().to(dtype) * n).reshape(1) if loss is not None else torch.zeros(1, dtype=dtype,
                                                                                                device=device)
-        tail = torch.tensor([float(n)] + clocks, dtype=dtype, device=device)
+        tail = torch.tensor([0.0] * (size - 1 - rank) + clocks, dtype=dtype, device=device)
         return torch.cat([head, weighted.to(device), tail])
 
-    @staticmethod
-    def _loss_and_clocks(extras, loss):
-        """From [loss * n summed, n summed, each rank's µs]: the loss (a 0-d tensor) and the µs (a tensor)."""
-        return (None if loss is None else (extras[0] / extras[1]).to(loss.dtype)), extras[2:]
+    def _loss_and_clocks(self, extras, loss):
+        """From [n summed, each rank's loss * n, each rank's µs]: the loss over
+        every rank's examples (a 0-d tensor: the sum of the ranks' slots, in rank
+        order, so bitwise the same on every rank, and not finite exactly when
+        some rank's loss is not) and the µs (a tensor); each rank's own slot
+        kept as ``losses``, to name a rank whose loss was not finite."""
+        size = self.size
+        self.losses = extras[1:1 + size]
+        return (None if loss is None else (self.losses.sum() / extras[0]).to(loss.dtype)), extras[1 + size:]
 
     def _collective(self, what, call):
         try:

@@ -19,7 +19,8 @@ flushed, closed, queried or drawn from the training's thread (their
 with one, ``read_every`` defaults to 1 and each loss is read as its step
 ends. What a watcher sees is up to ``read_every`` steps late; a non-finite
 loss is found on the read, after the steps up to it have run (the Trainer
-refuses it then, naming its step).
+refuses it then, naming its step; data parallel, at a step every rank
+refuses it at, naming the rank).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class Reading:
     """What a Trainer holds until it reads: the losses not read yet (0-d
     tensors, of consecutive steps), their loss facts, the instruments'
     numbers owed (0-d tensors, the facts they fill and how), and the facts held back
-    from the watchers. ``last``: the last loss read (a float)."""
+    from the watchers. ``last``: the last loss read (a float). Data parallel:
+    ``rank_losses``, beside each loss held, each rank's own (times its
+    examples, a tensor), read only to name a rank whose loss was not finite."""
 
-    __slots__ = ("held", "losses", "loss_facts", "owed", "last")
+    __slots__ = ("held", "losses", "loss_facts", "owed", "last", "rank_losses")
 
     def __init__(self):
         self.held = []
@@ -43,6 +46,7 @@ class Reading:
         self.loss_facts = []
         self.owed = []
         self.last = None
+        self.rank_losses = []
 
     def owe(self, tensors, facts, finish):
         """``tensors`` (0-d, on the device) fill the facts' ``value`` on the
@@ -52,9 +56,10 @@ class Reading:
 
     def read(self, watchers, last_step):
         """Read everything held off the device in one go and hand the facts
-        held to ``watchers``. Returns ``(step, value)`` of the first loss
-        that is not finite (``last_step``: the step of the last loss held),
-        or None."""
+        held to ``watchers``. Returns ``(step, value, ranks)`` of the first
+        loss that is not finite (``last_step``: the step of the last loss
+        held; ``ranks``: the ranks whose own loss was not finite then, or
+        None in one process), or None."""
         losses, owed = self.losses, self.owed
         values = None
         if owed:
@@ -81,10 +86,12 @@ class Reading:
                 facts.clear()
             for i, v in enumerate(values):
                 if v - v != 0.0:  # nan for inf and nan: not finite
-                    bad = (last_step - len(values) + 1 + i, v)
+                    bad = (last_step - len(values) + 1 + i, v, not_finite(self.rank_losses[i])
+                           if self.rank_losses else None)
                     break
             self.last = values[-1]
             losses.clear()
+            self.rank_losses.clear()
         items = self.held
         if items:
             # Out of the list before they are handed over: a watcher that asks
@@ -94,6 +101,11 @@ class Reading:
             items.clear()
             watchers.replay(taken)
         return bad
+
+
+def not_finite(rank_losses):
+    """The ranks whose own loss (its slot of the all-reduce) was not finite, and each one's value."""
+    return [(rank, v) for rank, v in enumerate(rank_losses.tolist()) if v - v != 0.0]
 
 
 def values_of(tensors):

@@ -160,16 +160,24 @@ class Trainer:
     ranks: rank 0's weights broadcast as it is made, each rank given its own
     share of every batch, the gradients all-reduced once per update (never
     per step or piece) and averaged over every rank's examples, so the
-    weights are the same on every rank after every update. The loss said is
-    the mean over every rank's examples (``ranks`` says over how many);
+    weights are the same on every rank after every update (each rank's
+    losses weighted by 1/ranks, so its backward sees the numbers one
+    process on the whole batch would; fp16's scaler unscales the
+    all-reduced gradients, so every rank skips the same updates and keeps
+    one scale). The loss said is the mean over every rank's examples
+    (``ranks`` says over how many);
     only rank 0's ``watching=`` hears the job, with each rank's own time a
     step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
     by rank 0 with each rank's own random streams, resumed on as many ranks.
-    ``group=False`` trains in this process alone. Every rank makes the same
-    calls in the same order (``step``, ``close_group``, ``checkpoint``,
-    ``evaluate``, ``fit``: each holds a collective), on as many batches; a
-    rank that stops makes the others raise ``RankLost`` within the process
-    group's timeout.
+    ``group=False`` trains in this process alone. The ranks read at the same
+    steps (``read_every`` the least any rank asks for: 1 when rank 0 is
+    watched by a plain function), and a non-finite loss, over every rank's
+    examples, is refused by every rank at the same step (with
+    ``read_every=1`` before the update), the ``NonFiniteLoss`` naming the
+    rank whose own loss it was. Every rank makes the same calls in the same
+    order (``step``, ``close_group``, ``checkpoint``, ``evaluate``, ``fit``:
+    each holds a collective), on as many batches; a rank that stops makes the
+    others raise ``RankLost`` within the process group's timeout.
     """
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
@@ -238,6 +246,8 @@ class Trainer:
             holdable = all(callable(getattr(w, "held_by", None)) for w in self._watchers.all)
             read_every = _reading.READ_EVERY if holdable else 1
         self.read_every = _positive_int("read_every", read_every)
+        if ranks is not None:  # every rank reads at the same steps, so all refuse a non-finite loss together
+            self.read_every = ranks.least(self.read_every, "agreeing on read_every")
         self._reading = reading = _reading.Reading()  # what is held until the next read (_reading.py)
         self._losses, self._loss_facts = reading.losses, reading.loss_facts  # on the step's path
         defer = self._watched and self.read_every > 1
@@ -346,6 +356,8 @@ class Trainer:
         if self._open == 0:
             self._first_n = n
         unit = 1.0 / (self.every * self._first_n)
+        if self._ranks is not None:  # this rank's share of the job's examples (_distributed.Ranks.sync)
+            unit /= self._ranks.size
         value = None
         pieces = zip(x.tensor_split(self.micro), y.tensor_split(self.micro)) if self.micro > 1 else ((x, y),)
         split, now = self._split, perf_counter_ns if clocks else _no_clock
@@ -385,8 +397,10 @@ class Trainer:
             t = now()
             value, self._rank_us = ranks.sync_loss(value, n, (perf_counter_ns() - self._step_began) // 1000)
             split[2] += now() - t
-        if ranks is not None and self.read_every == 1:
-            self._reading.last = value.item()  # the loss over every rank's examples, not this rank's
+            if self.read_every == 1:
+                self._refused(value, index)
+        if ranks is not None and self.read_every > 1:
+            self._reading.rank_losses.append(ranks.losses)  # beside its loss: to name a rank if not finite
         return value, closed
 
     def _timed(self, x, y, index):
@@ -441,6 +455,8 @@ class Trainer:
             began, self._step_loss = self._step_began, None
             busy = 0 if began is None else (perf_counter_ns() - began) // 1000
             self._global_loss, self._rank_us = self._ranks.sync(self._params, self._group_n, loss, n, busy)
+            if loss is not None and self.read_every == 1:  # refused on every rank before the weights move
+                self._refused(self._global_loss, self.steps - 1)
         probe = self._instruments if self._instruments is not None and due(self.updates) else None
         scaler = self.scaler
         if scaler is not None:
@@ -483,29 +499,66 @@ class Trainer:
         Raises ``NonFiniteLoss`` naming the first step whose loss was nan or
         inf. ``step`` does it every ``read_every`` steps; call it to see the
         facts of the steps so far now."""
-        self._read()
+        self._read(every_rank=True)
 
     def _hand_over(self):
         """A Recorder is flushed, closed or read: what is held back goes first."""
         self._read(check=False)
 
-    def _read(self, check=True, last=None):
+    def _read(self, check=True, last=None, every_rank=False):
         """Read what is held (``_reading``); ``last``: the step of the last
-        loss held (by default the last step)."""
+        loss held (by default the last step). Data parallel: a non-finite
+        loss is refused at a read every rank makes at the same point
+        (``every_rank``: deliver, close_group, checkpoint), or at the end of
+        the step ``read_every - 1`` after it, by which every rank has read it
+        (a rank reads whenever ``read_every`` losses are held); until then it
+        is kept, and read for each step (its reads by time or by a watcher
+        differ from rank to rank)."""
         found = self._reading.read(self._watchers, self.steps - 1 if last is None else last)
         self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS
         bad, self._unraised = self._unraised or found, None
+        if bad is not None and self._ranks is not None and not every_rank and self.steps < bad[0] + self.read_every:
+            check = False
         if bad is not None and not check:
             self._unraised = bad  # refused at the next read that can
+            if self._ranks is not None:
+                self._read_due = 0  # the step it is refused at ends in a read on every rank
         elif bad is not None:
             self._drop()
+            later = f"read off the device {self.steps - 1 - bad[0]} steps later (read_every={self.read_every})"
+            if self._ranks is None:
+                e = NonFiniteLoss(
+                    f"step {bad[0]}: the loss is {bad[1]}, {later}, so those steps ran, and updated the weights, "
+                    "after it. Resume from a checkpoint kept before it, look at that batch, lower the learning "
+                    "rate or pass clip=; read_every=1 refuses a non-finite loss before its backward, touching "
+                    "nothing."
+                )
+            else:
+                e = NonFiniteLoss(
+                    f"step {bad[0]}: the loss over every rank's examples is {bad[1]} ({_own(bad[2])}), {later}, "
+                    "so those steps ran, and updated the weights on every rank, after it; every rank raises "
+                    "this at the same step. Resume from a checkpoint kept before it, look at that rank's share "
+                    "of the batch, lower the learning rate or pass clip=; read_every=1 refuses a non-finite "
+                    "loss before the update, the weights untouched."
+                )
+            e.step, e.loss, e.ranks = bad[0], bad[1], [] if bad[2] is None else [r for r, _ in bad[2]]
+            raise e
+
+    def _refused(self, loss, index):
+        """Data parallel, read_every=1: the loss over every rank's examples
+        read off the device (one sync a step, as read_every=1 asks) right
+        after the all-reduce, before any update; refused on every rank at
+        once when it is not finite."""
+        value = self._reading.last = loss.item()
+        if value - value != 0.0:
+            own = _reading.not_finite(self._ranks.losses)
             e = NonFiniteLoss(
-                f"step {bad[0]}: the loss is {bad[1]}, read off the device {self.steps - 1 - bad[0]} steps "
-                f"later (read_every={self.read_every}), so those steps ran, and updated the weights, after it. "
-                "Resume from a checkpoint kept before it, look at that batch, lower the learning rate or pass "
-                "clip=; read_every=1 refuses a non-finite loss before its backward, touching nothing."
+                f"step {index}: the loss over every rank's examples is {value} ({_own(own)}); nothing was "
+                "updated on any rank (the weights, the optimizer's state and any open group's gradients are as "
+                "before the group began), and every rank raises this. Look at that rank's share of this batch, "
+                "lower the learning rate, or pass clip= to the Trainer."
             )
-            e.step, e.loss = bad
+            e.step, e.loss, e.ranks = index, value, [r for r, _ in own]
             raise e
 
     # -- sugar
@@ -655,7 +708,7 @@ class Trainer:
         writes one checkpoint holding each rank's own streams and open
         gradients and returns the digest; the other ranks return None."""
         store, name = self._where(store, name)
-        self._read()
+        self._read(every_rank=True)
         fit = None
         if self._fit_at is not None:
             epoch, done, (cpu, gen) = self._fit_at
@@ -784,7 +837,7 @@ class Trainer:
                     f"the objective {_name(self.objective)} returned {what} at step {index}; it must "
                     "return a scalar tensor (the mean loss of the batch), e.g. with reduction='mean'"
                 )
-        if self.read_every > 1:
+        if self.read_every > 1 or self._ranks is not None:  # ranks: the loss over every rank's is checked
             return loss.detach()
         value = self._reading.last = loss.item()
         if value - value != 0.0:  # nan for inf and nan: not finite (math.isfinite cost a step ~0.8 µs)
@@ -793,7 +846,7 @@ class Trainer:
                 "optimizer's state and any open group's gradients are as before the group "
                 "began). Look at this batch, lower the learning rate, or pass clip= to the Trainer."
             )
-            e.step, e.loss = index, value
+            e.step, e.loss, e.ranks = index, value, []
             raise e
         return loss.detach()
 
@@ -839,6 +892,13 @@ class Trainer:
             f"Trainer({self.g!r}, every={self.every}, micro={self.micro}, clip={self.clip}, "
             f"steps={self.steps}, updates={self.updates})"
         )
+
+
+def _own(ranks):
+    """Which ranks' own loss was not finite, in words."""
+    if not ranks:
+        return "no rank's own loss was: their sum overflowed"
+    return "; ".join(f"rank {r}'s own loss was {v}" for r, v in ranks)
 
 
 def _backward(loss, index):

@@ -1,0 +1,100 @@
+"""The run browser's time view (js/sidebar/ranks.ts) in a real JupyterLab
+and Chromium: a data-parallel run shows each rank's own work a step side by
+side, the straggler's bar apart and the straggler named, in the numbers and
+words `spent` says for the same run (both read record/_ranks.py); a run of
+one process shows no ranks. Screenshots, light and dark, 1400 and 800 px
+wide, go to test-artifacts/sidebar-ranks/."""
+
+from pathlib import Path
+
+from labtools import ARTIFACTS, CHROMIUM, open_two_runs, shoot, sidebar_page, theme
+
+from somatize import Recorder, Store
+from somatize.record import spent
+
+SHOTS = ARTIFACTS / "sidebar-ranks"
+MEAN_US = {0: 1000, 1: 1300, 2: 1100}  # each rank's own µs a step, chosen (no clock)
+
+# Each run's box in the time view as drawn: its title, its rank rows (name,
+# text, whether marked the straggler, the bar's colour) and the sentence.
+RANKS_JS = r"""panel => [...panel.querySelectorAll('.smz-spent-run')].map(box => ({
+  run: box.querySelector('.smz-spent-title').textContent,
+  title: box.querySelector('.smz-ranks-title')?.textContent ?? null,
+  ranks: [...box.querySelectorAll('.smz-rank-row')].map(r => ({
+    name: r.querySelector('.smz-bar-name').textContent,
+    text: r.querySelector('.smz-bar-text').textContent,
+    straggler: r.dataset.straggler === 'true',
+    bold: getComputedStyle(r.querySelector('.smz-bar-name')).fontWeight >= 600,
+    color: getComputedStyle(r.querySelector('.smz-bar')).backgroundColor,
+    width: r.querySelector('.smz-bar').getBoundingClientRect().width,
+  })),
+  said: box.querySelector('.smz-straggler')?.textContent ?? null,
+  warn: (() => {  // the theme's warning colour, as computed
+    const probe = document.createElement('span');
+    probe.style.color = 'var(--jp-warn-color1)';
+    box.appendChild(probe);
+    const color = getComputedStyle(probe).color;
+    probe.remove();
+    return color;
+  })(),
+}))"""
+
+
+def record(store, run, ranks):
+    with Recorder(store, run=run) as rec:
+        if ranks:
+            rec({"fact": "ranks", "value": len(ranks)})
+        for i in range(12):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 400})
+            rec({"fact": "ran", "node": "head", "began_us": 400, "took_us": 100})
+            rec({"fact": "finished", "took_us": 520})
+            rec({"fact": "loss", "value": (2.0 if ranks else 2.4) / (i + 1)})
+            for rank, us in ranks.items():
+                rec({"fact": "rank_us", "rank": rank, "value": 99_999 if i == 0 else us + i % 3})  # step 0: warm-up
+
+
+def test_a_data_parallel_runs_time_per_rank_and_its_straggler_as_spent_says_them(tmp_path):
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    root = tmp_path / "root"
+    store = Store(root / "store")
+    record(store, "ddp", MEAN_US)
+    record(store, "alone", {})
+    want = spent(store, run="ddp")
+    assert [r["rank"] for r in want.ranks] == [0, 1, 2] and want.straggler["rank"] == 1
+    with sidebar_page(root, tmp_path) as page:
+        panel = open_two_runs(page, "ddp", "alone")
+        panel.locator(".smz-rank-row").first.wait_for(timeout=30_000)
+        assert panel.locator(".smz-spent h3").text_content() == "Where the time went, per node and per rank"
+        boxes = {b["run"]: b for b in panel.evaluate(RANKS_JS)}
+        alone, ddp = boxes["alone"], boxes["ddp"]
+        assert alone["ranks"] == [] and alone["title"] is None and alone["said"] is None  # one process: no ranks
+        assert ddp["title"] == "Each rank's own work a step, before it waits for the others"
+        # side by side, in rank order, each rank's mean a step as spent computes it (warm-up left out)
+        assert [r["name"] for r in ddp["ranks"]] == ["rank 0", "rank 1", "rank 2"]
+        micros = {0: "1 ms", 1: "1.3 ms", 2: "1.1 ms"}  # 1000-1002, 1300-1302, 1100-1102 µs: mean +1
+        for r, told in zip(want.ranks, ddp["ranks"]):
+            assert told["text"] == f"{_svg_duration(r['mean_us'])} a step" == f"{micros[r['rank']]} a step"
+        assert [r["straggler"] for r in ddp["ranks"]] == [False, True, False]
+        assert [r["bold"] for r in ddp["ranks"]] == [False, True, False]
+        colors = [r["color"] for r in ddp["ranks"]]
+        assert colors[1] == ddp["warn"] != colors[0] == colors[2]  # the straggler's bar in the warning colour
+        widths = [r["width"] for r in ddp["ranks"]]
+        assert widths[1] == max(widths) and widths[0] < widths[2] < widths[1]
+        # the straggler named in spent's own words
+        assert ddp["said"] in repr(want)
+        assert ddp["said"].startswith("rank 1 is the straggler: its steps take 1.3 ms, 300 µs (30%) more than "
+                                      "rank 0's")
+        panel.locator(".smz-spent").scroll_into_view_if_needed()
+        shoot(page, str(SHOTS / "light"))
+        theme(page, "JupyterLab Dark", light=False)
+        panel.locator(".smz-spent").scroll_into_view_if_needed()
+        dark = {b["run"]: b for b in panel.evaluate(RANKS_JS)}["ddp"]
+        assert dark["ranks"][1]["color"] == dark["warn"] != dark["ranks"][0]["color"] and dark["said"] == ddp["said"]
+        shoot(page, str(SHOTS / "dark"))
+
+
+def _svg_duration(us):
+    from somatize._pictures._svg import duration_us
+
+    return duration_us(us)
