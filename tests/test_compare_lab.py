@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, TOKEN, accept_kernel_dialog, running_lab, theme
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, TOKEN, accept_kernel_dialog, for_readme, running_lab, theme
 
 from somatize._pictures._parallel import span
 from somatize._widgets._compare import MISSING
@@ -263,8 +263,12 @@ def test_600_runs_binned_in_the_kernel_brush_to_the_query_s_answer_and_draw_righ
                 page.wait_for_timeout(600)  # a frame for bqplot's relayout
                 explorer.evaluate("e => e.scrollIntoView({block: 'start'})")
                 name = f"explorer-binned-{width}-{'dark' if dark else 'light'}"
-                explorer.screenshot(path=ARTIFACTS / f"{name}.png")
                 assert drawn_right(explorer, name) == 2
+                explorer.evaluate("e => e.scrollIntoView({block: 'start'})")
+                page.wait_for_timeout(400)  # the columns scrolled back, laid out again
+                explorer.screenshot(path=ARTIFACTS / f"{name}.png")
+                if width == 1400 and not dark:
+                    for_readme(ARTIFACTS / f"{name}.png", "explorer.png")
     finally:
         page.screenshot(path=ARTIFACTS / "explorer-binned-page.png")
         page.close()
