@@ -177,3 +177,14 @@ def test_a_summary_written_a_moment_ago_is_read_again_whatever_its_times(tmp_pat
     del trusting[:]
     runs(store)
     assert trusting == ["r"]
+
+
+def test_a_run_read_again_while_recent_is_kept_once_old_enough(tmp_path, monkeypatch, trusting):
+    store = Store(tmp_path / "s")
+    record(store, "r", [1.0])
+    monkeypatch.setattr(_table, "_RECENT", 0.5)
+    runs(store)  # just written: read, not kept
+    time.sleep(0.6)
+    runs(store)  # read again, the same row: now old enough to keep
+    del trusting[:]
+    assert runs(store).loc[0, "state"] == "finished" and trusting == []

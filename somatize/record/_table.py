@@ -162,6 +162,7 @@ def table(store, stats) -> Table:
         os.close(runs_fd)
     if same and len(rows) == len(before.rows):
         before._listed = listed
+        before._kept = now_kept  # rows read again as they were, now old enough to keep
         return before  # no run changed, none came or went: its columns and frame still hold
     made = Table(rows, now_kept, entries, listed)
     with _LOCK:
