@@ -9,9 +9,14 @@ recorded by a Recorder; the others are copies of its folder, each with a
 summary.json of its own config and summaries (what a listing reads; the log,
 index and series stay the recorded run's, and verify). Figures:
 
-1. ``runs(store, where=...)`` warm (the summaries in the OS's cache) —
-   target <= 100 ms; beside it ``runs(store)`` with no query, the query read
-   alone, and the query asked of 10,000 rows alone;
+1. ``runs(store, where=...)`` warm (the summaries in the OS's cache, the
+   store's table kept by an earlier listing: ``record/_table``) — target
+   <= 100 ms; beside it, in the same process: the same answered as before
+   the table was kept (``_runs.summaries`` with each run's columns kept by
+   its summary's identity, the query asked row by row), ``runs(store)`` with
+   no query, the listing's floor (the two ``stat`` calls a run the kept
+   table asks, nothing else), the query read alone, and the query asked of
+   10,000 rows alone, row by row and of the table's columns;
 2. the browser's first page (1,000 runs at most) for the same query, in
    process (``Browser.runs``) and over HTTP: the first time (every summary
    read) and again (rows kept) — target <= 200 ms; and again sorted by a
@@ -43,8 +48,10 @@ from somatize._server._discover import store_id  # noqa: E402
 from somatize._server._findings import _COUNTER  # noqa: E402
 from somatize.record import runs  # noqa: E402
 from somatize.record._columns import QUERY_STATS, row  # noqa: E402
+from somatize.record._queries import frame  # noqa: E402
 from somatize.record._runs import summaries  # noqa: E402
-from somatize.record._where import Query, matching  # noqa: E402
+from somatize.record._table import table as kept_table  # noqa: E402
+from somatize.record._where import Columns, Query, matching  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 RUNS = 2_000 if QUICK else 10_000
@@ -61,6 +68,39 @@ def cpu_ms(fn, repeat=REPEAT):
         fn()
         times.append(time.process_time() - t)
     return 1000 * sorted(times)[len(times) // 2]
+
+
+_BEFORE: dict = {}  # run -> (its summary.json's identity, state, problem, its columns), as _queries kept them
+
+
+def runs_as_before(path, where):
+    """``runs(store, where=...)`` as it was answered before the store's table
+    was kept (commit 793f8b4): every run's folder opened, its summary's
+    identity asked, its columns made again only when that changed, the
+    query asked of each row, the table made of the rows that hold."""
+    identities: list = []
+    rows = []
+    for s, ident in zip(summaries(path, identities=identities), identities):
+        got = _BEFORE.get(s["run"])
+        if ident is not None and got is not None and got[:3] == (ident, s["state"], s.get("problem")):
+            rows.append(got[3])
+            continue
+        r = row(s, QUERY_STATS)
+        if ident is not None:
+            _BEFORE[s["run"]] = (ident, s["state"], s.get("problem"), r)
+        rows.append(r)
+    return frame(matching(rows, where))
+
+
+def stats_alone(path):
+    """The floor of a listing of the kept table: the two ``stat`` calls a run, nothing else."""
+    fd = os.open(path / "runs", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in os.listdir(fd):
+            os.stat(name + "/summary.json", dir_fd=fd, follow_symlinks=False)
+            os.stat(name + "/facts.log", dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
 
 
 def sweep(root: Path, count: int):
@@ -104,12 +144,21 @@ def main():
         assert matched == len(runs(path, where=QUERY)) > 0
         print(f"(the query: {QUERY!r}; {matched:,} of {RUNS:,} runs match)")
 
-        runs(path, where=QUERY)  # warm: the OS has read every summary once
+        time.sleep(2.1)  # the table trusts no file's times within 2 s of its write (record/_table)
+        runs(path, where=QUERY)  # warm: the OS has read every summary once, the table is kept
+        assert runs_as_before(path, QUERY).equals(runs(path, where=QUERY))
         plain = median_ms(lambda: runs(path), repeat=REPEAT)
         where = median_ms(lambda: runs(path, where=QUERY), repeat=REPEAT)
+        before = median_ms(lambda: runs_as_before(path, QUERY), repeat=REPEAT)
         where_cpu = cpu_ms(lambda: runs(path, where=QUERY))
+        before_cpu = cpu_ms(lambda: runs_as_before(path, QUERY))
+        listing = median_ms(lambda: kept_table(path, QUERY_STATS), repeat=REPEAT)
+        floor = median_ms(lambda: stats_alone(path), repeat=REPEAT)
         parse = median_ms(lambda: Query(QUERY), repeat=REPEAT)
         ask = median_ms(lambda: matching(rows, query), repeat=REPEAT)
+        columns = Columns(rows)
+        query.mask(columns)  # the columns made once, as the kept table keeps them
+        ask_columns = median_ms(lambda: query.mask(columns), repeat=REPEAT)
 
         sid = store_id("sweep")
 
@@ -152,18 +201,23 @@ def main():
             (f"runs(store) of {RUNS:,} runs, no query", None, plain, None),
             (f"runs(store, where=...) of {RUNS:,} runs", None, where, 100),
             ("  the same, CPU time", None, where_cpu, None),
+            ("  as before the table was kept", None, before, None),
+            ("  as before, CPU time", None, before_cpu, None),
+            ("  the kept table's listing (2 stats a run, rows kept)", None, listing, None),
+            ("  the 2 stats a run alone", None, floor, None),
             ("  the query read (tokens, parse)", None, parse, None),
-            (f"  the query asked of {RUNS:,} rows", None, ask, None),
+            (f"  the query asked of {RUNS:,} rows, row by row", None, ask, None),
+            (f"  the query asked of {RUNS:,} rows' columns", None, ask_columns, None),
             ("browser's filtered first page, first time", h_first, first, 200),
             ("browser's filtered first page again (rows kept)", h_again, again, 200),
             ("  the same, sorted by loss.best, descending", h_by_loss, by_loss, 200),
             (f"browser's first page of all {RUNS:,}, sorted by config.lr", h_by_lr, by_lr, None),
         ]
         print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end)")
-        print(f"{'':52} {'HTTP ms':>9} {'in-process ms':>14} {'target ms':>10}")
+        print(f"{'':56} {'HTTP ms':>9} {'in-process ms':>14} {'target ms':>10}")
         for label, http, core, target in table:
             http_text = f"{http:9.1f}" if http is not None else f"{'-':>9}"
-            print(f"{label:52} {http_text} {core:14.2f} {target if target else '-':>10}")
+            print(f"{label:56} {http_text} {core:14.2f} {target if target else '-':>10}")
 
 
 if __name__ == "__main__":

@@ -244,3 +244,33 @@ def test_the_static_picture_shows_the_axes_ticks_brushes_and_curves(store):
 def test_a_metric_no_run_has_is_refused_naming_the_columns(store):
     with pytest.raises(SomatizeError, match=r"metric='acc.best'.*loss\.best"):
         compare(store, metric="acc.best")
+
+
+def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp_path):
+    """The page's tick labels have room one above the other (a set of 40
+    values labels every k-th, each label a tick's height apart at least) and
+    a long value is cut with an ellipsis; every value keeps its tick, and
+    the columns are one width, enough for the longest label kept."""
+    from somatize._widgets._compare_view import HEIGHT, LABEL_MOST, TICK_FONT, _key
+
+    store = Store(tmp_path / "s")
+    for k in range(80):
+        with Recorder(store, run=f"d{k:02d}", config={"data": f"shard-{k % 40:02d}-of-a-long-name",
+                                                      "lr": 0.01 * (k + 1)}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": float(k)})
+    explorer = compare(store)
+    explorer.widget()
+    view = explorer._view
+    i = explorer.axes.index("config.data")
+    axis = view.columns[i].axes[0]
+    ticks = explorer.axis_list[i].ticks
+    assert len(axis.tick_values) == 40 and set(axis.tick_labels) == {_key(p) for p, _ in ticks}
+    shown = sorted(float(p) for p, text in axis.tick_labels.items() if text)
+    pixels = int(HEIGHT[:-2]) - 16
+    assert 2 <= len(shown) <= pixels // (TICK_FONT + 4)
+    assert min(b - a for a, b in zip(shown, shown[1:])) * pixels >= TICK_FONT + 4  # no two labels overlap
+    texts = [t for t in axis.tick_labels.values() if t]
+    assert all(len(t) <= LABEL_MOST and t.endswith("…") for t in texts)
+    widths = {stack.layout.min_width for stack in view.stacks}
+    assert len(widths) == 1 and int(widths.pop()[:-2]) >= LABEL_MOST * 0.58 * TICK_FONT / 0.6

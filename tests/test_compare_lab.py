@@ -2,14 +2,17 @@
 on an axis with the mouse is read back from the kernel (explorer.selected,
 explorer.where) and compared with runs(store, where=...); a where set from
 Python moves the brush on the page; the explorer at 1400 and 800 px, light
-and dark, is saved under test-artifacts/."""
+and dark, is saved under test-artifacts/. The same of 600 runs, whose lines
+the kernel bins (``DENSE_ABOVE``); and at each width and theme, what is
+drawn read off the page: each brush on its axis, no two tick labels over
+one another."""
 
 import json
 from pathlib import Path
 
 import nbformat
 import pytest
-from labtools import ARTIFACTS, CHROMIUM, FLAGS, TOKEN, accept_kernel_dialog, running_lab, theme
+from labtools import ARTIFACTS, CHROMIUM, FLAGS, TOKEN, accept_kernel_dialog, for_readme, running_lab, theme
 
 from somatize._pictures._parallel import span
 from somatize._widgets._compare import MISSING
@@ -32,6 +35,30 @@ ASK = '''print("ANSWER" + json.dumps({"where": explorer.where, "selected": sorte
                              "asked": sorted(runs(store, where=explorer.where)["run"]),
                              "brushes": explorer.brushes}))'''
 SET = 'explorer.where = "config.lr >= 0.001 and config.lr <= 0.01"'
+# 600 runs made without training, as notebook 04 makes its 300: more than
+# DENSE_ABOVE, so the kernel sends binned lines; five keys, one of them a set
+# of strings, some long
+MAKE_BINNED = '''import json, math, random
+from somatize import Recorder, Store
+from somatize.record import compare, runs
+
+wide = Store("wide")
+rng = random.Random(1)
+for k in range(600):
+    config = {"lr": 10 ** rng.uniform(-4, -1), "width": rng.choice([16, 32, 64, 128, 256]),
+              "optimizer": rng.choice(["adam", "sgd", "rmsprop", "adamw-with-warmup"]),
+              "dropout": rng.choice([0.0, 0.1, 0.3, 0.5]), "seed": rng.randrange(10)}
+    final = 0.05 + 0.4 * abs(math.log10(config["lr"]) + 2.5) + 4 / config["width"] + 0.05 * rng.random()
+    with Recorder(wide, run=f"w{k:03d}", config=config) as recorder:
+        for step in range(8):
+            recorder.forward_began()
+            recorder({"fact": "loss", "value": final + 2.0 * 0.7 ** step})
+binned = compare(wide)
+binned'''
+ASK_BINNED = '''print("ANSWER" + json.dumps({"where": binned.where, "selected": sorted(binned.selected["run"]),
+                             "asked": sorted(runs(wide, where=binned.where)["run"]),
+                             "brushes": binned.brushes, "axes": binned.axes,
+                             "lines": [len(foot) for foot, _, _, _ in binned.lines()]}))'''
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +68,7 @@ def lab(tmp_path_factory):
     root = tmp_path / "root"
     root.mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(MAKE), nbformat.v4.new_code_cell(ASK), nbformat.v4.new_code_cell(SET),
-                nbformat.v4.new_code_cell(ASK)]
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (MAKE, ASK, SET, ASK, MAKE_BINNED, ASK_BINNED)]
     nbformat.write(nb, root / "explore.ipynb")
     with running_lab(root, tmp_path) as url:
         yield url
@@ -124,7 +150,125 @@ def test_a_brush_dragged_on_an_axis_is_the_selection_in_the_kernel(lab, browser)
                 page.wait_for_timeout(400)  # a frame for bqplot's relayout; the picture is for a person
                 explorer.evaluate("e => e.scrollIntoView({block: 'start'})")
                 explorer.screenshot(path=ARTIFACTS / f"explorer-{width}-{'dark' if dark else 'light'}.png")
+                assert drawn_right(explorer, f"60 runs, {width} px, {'dark' if dark else 'light'}") == 1
     finally:
         page.screenshot(path=ARTIFACTS / "explorer-page.png")
         page.close()
 
+
+
+# Where what the explorer draws lies, read off the page: per column, its axis
+# line's x (the right end of the axis's domain path: its outer ticks point
+# left), its column's box, the brush's box when one is drawn (d3's .selection,
+# hidden when empty), and the boxes of its tick labels; and the curves' tick
+# labels. bqplot lays out a figure again only once it is in view, so each
+# column is scrolled into view (the row of columns scrolls when the page is
+# narrow) and measured where it lies in that row.
+GEOMETRY = r"""async (root) => {
+  const columns = [];
+  for (const column of root.querySelectorAll('.somatize-explorer-axis')) {
+    const row = column.parentElement.parentElement;
+    column.scrollIntoView({block: 'nearest', inline: 'nearest'});
+    await new Promise(r => setTimeout(r, 400));
+    const o = row.getBoundingClientRect();
+    const box = (e) => { const b = e.getBoundingClientRect();
+      return [b.left - o.left + row.scrollLeft, b.top - o.top, b.right - o.left + row.scrollLeft, b.bottom - o.top]; };
+    const selection = column.querySelector('.brushintsel .selection');
+    const shown = selection && getComputedStyle(selection).display !== 'none';
+    columns.push({axis: box(column.querySelector('.axis path.domain'))[2], column: box(column),
+                  brush: shown ? box(selection) : null,
+                  ticks: [...column.querySelectorAll('.tick text')].filter(t => t.textContent.trim())
+                           .map(t => [t.textContent, ...box(t)])});
+  }
+  const curves = root.querySelector('.somatize-explorer .bqplot:not(.somatize-explorer-axis)');
+  const ticks = curves ? [...curves.querySelectorAll('.tick text')].filter(t => t.textContent.trim())
+    .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left, b.top, b.right, b.bottom]; }) : [];
+  return {columns, curves: ticks};
+}"""
+
+
+def overlapping(boxes):
+    """The pairs of labels whose boxes ``[text, left, top, right, bottom]`` overlap (by more than half a pixel)."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if min(a[3], b[3]) - max(a[1], b[1]) > 0.5 and min(a[4], b[4]) - max(a[2], b[2]) > 0.5:
+                out.append((a, b))
+    return out
+
+
+def drawn_right(explorer, where):
+    """What the explorer draws, read off the page: each brush on its axis
+    (its box spans the axis line's x, centred on it, inside its column) and
+    no two tick labels over one another, in the columns or the curves."""
+    g = explorer.evaluate(GEOMETRY)
+    brushed = 0
+    for k, c in enumerate(g["columns"]):
+        left, right = c["column"][0], c["column"][2]
+        assert left - 0.5 <= c["axis"] <= right + 0.5, (where, k, c)
+        if c["brush"] is None:
+            continue
+        brushed += 1
+        b_left, _, b_right, _ = c["brush"]
+        assert b_left < c["axis"] < b_right, (where, k, "the brush is not on its axis", c)
+        assert abs((b_left + b_right) / 2 - c["axis"]) <= 2, (where, k, "the brush is not centred on its axis", c)
+        assert left - 0.5 <= b_left and b_right <= right + 0.5, (where, k, "the brush leaves its column", c)
+    ticks = [t for c in g["columns"] for t in c["ticks"]]
+    assert ticks and overlapping(ticks) == [], (where, overlapping(ticks))
+    assert overlapping(g["curves"]) == [], (where, overlapping(g["curves"]))
+    return brushed
+
+
+def drag(page, column, start, stop):
+    """A brush dragged with the mouse down ``column`` from ``start`` to ``stop`` (fractions of its height)."""
+    column.evaluate("e => e.scrollIntoView({block: 'center'})")
+    area = column.locator(".brushintsel .overlay").bounding_box()
+    x = area["x"] + area["width"] / 2
+    page.mouse.move(x, area["y"] + area["height"] * start)
+    page.mouse.down()
+    page.mouse.move(x, area["y"] + area["height"] * (start + stop) / 2, steps=8)
+    page.mouse.move(x, area["y"] + area["height"] * stop, steps=8)
+    page.mouse.up()
+
+
+def test_600_runs_binned_in_the_kernel_brush_to_the_query_s_answer_and_draw_right(lab, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        page.goto(f"{lab}/lab/tree/explore.ipynb?token={TOKEN}&reset")
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        page.add_style_tag(content=".Toastify { display: none !important; }")
+        accept_kernel_dialog(page)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        run_cell(page, 4)
+        explorer = page.locator(".jp-Notebook .jp-Cell").nth(4).locator(".somatize-explorer").first
+        columns = explorer.locator(".somatize-explorer-axis")
+        columns.nth(1).locator(".brushintsel").wait_for(timeout=120_000)
+        answer = run_cell(page, 5)
+        assert len(answer["axes"]) == 6 and answer["where"] is None and len(answer["selected"]) == 600
+        assert all(0 < n < 600 for n in answer["lines"]), answer["lines"]  # bins, not one line a run
+        drawn = columns.first.locator("path.line").count()
+        assert 0 < drawn < 600, drawn  # the page draws what the kernel binned
+
+        drag(page, columns.nth(1), 0.2, 0.55)
+        drag(page, columns.nth(3), 0.1, 0.7)
+        answer = run_cell(page, 5)
+        assert answer["brushes"][1] is not None and answer["brushes"][3] is not None, answer["brushes"]
+        assert answer["where"].count(" and ") >= 1 and 0 < len(answer["selected"]) < 600, answer["where"]
+        assert answer["selected"] == answer["asked"]  # the brushes' selection is the query's answer
+
+        for dark in (False, True):
+            theme(page, "JupyterLab Dark" if dark else "JupyterLab Light", light=not dark)
+            for width in (1400, 800):
+                page.set_viewport_size({"width": width, "height": 1100})
+                page.wait_for_timeout(600)  # a frame for bqplot's relayout
+                explorer.evaluate("e => e.scrollIntoView({block: 'start'})")
+                name = f"explorer-binned-{width}-{'dark' if dark else 'light'}"
+                assert drawn_right(explorer, name) == 2
+                explorer.evaluate("e => e.scrollIntoView({block: 'start'})")
+                page.wait_for_timeout(400)  # the columns scrolled back, laid out again
+                explorer.screenshot(path=ARTIFACTS / f"{name}.png")
+                if width == 1400 and not dark:
+                    for_readme(ARTIFACTS / f"{name}.png", "explorer.png")
+    finally:
+        page.screenshot(path=ARTIFACTS / "explorer-binned-page.png")
+        page.close()

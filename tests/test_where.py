@@ -363,3 +363,71 @@ def test_the_error_names_the_place_and_what_was_expected():
 def test_runs_refuses_a_bad_query_before_reading_anything(tmp_path):
     with pytest.raises(QueryError):
         runs(tmp_path / "no-store-here", where="state ==")
+
+
+# ---- the same query asked of whole columns (Query.mask) answers as row by row --------------
+
+_VALUES = [0, 1, -1, 1.0, 0.5, -0.0, float("nan"), float("inf"), float("-inf"), True, False, None, "a", "b", "",
+           "ünï", "1", 2**53, 2**53 + 1, -(2**62), 2**62, [1], {"a": 1}, 10**30]
+_LITERALS = ["0", "1", "1.0", "0.5", "-1", "1e308", "true", "false", "null", '"a"', '""', '"ünï"', '"1"',
+             "9007199254740992", "9007199254740993", "4611686018427387904"]
+
+
+_EXACT = [v for v in _VALUES if not isinstance(v, (list, dict)) and not (isinstance(v, int) and abs(v) > 2**53)]
+
+
+def _random_rows(rng, count, values):
+    rows = []
+    for i in range(count):
+        row = {"run": f"r{i}", "updated": rng.choice([1000.0, 2000.0, None, float("nan")])}
+        for column in ("config.x", "config.y", "loss.best"):
+            if rng.random() < 0.85:
+                row[column] = rng.choice(values)
+        rows.append(row)
+    return rows
+
+
+def _random_query(rng, depth=0):
+    if depth < 3 and rng.random() < 0.35:
+        joined = f" {rng.choice(['and', 'or'])} ".join(_random_query(rng, depth + 1) for _ in range(rng.randint(2, 3)))
+        return f"({joined})" if rng.random() < 0.5 else f"not ({joined})"
+    column = rng.choice(["config.x", "config.y", "loss.best", "run", "age", "config.gone"])
+    if rng.random() < 0.2:
+        listed = ", ".join(rng.sample(_LITERALS, rng.randint(0, 4)))
+        return f"{column} {rng.choice(['in', 'not in'])} [{listed}]"
+    op = rng.choice(["==", "!=", "<", "<=", ">", ">="])
+    other = rng.choice(["config.x", "config.y", "loss.best"]) if rng.random() < 0.2 else rng.choice(_LITERALS)
+    return f"{other} {op} {column}" if rng.random() < 0.2 else f"{column} {op} {other}"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_query_asked_of_whole_columns_answers_as_asked_row_by_row(seed):
+    """``Query.mask`` (what ``runs(where=)`` asks of its table) against the
+    row-by-row answer, which the oracle above checks: 400 random queries over
+    rows of every kind of value (NaN, infinities, booleans beside 0 and 1,
+    integers past 2**53, lists, missing keys)."""
+    import random
+
+    from somatize.record._where import Columns, matching
+
+    rng = random.Random(seed)
+    exact = seed % 2 == 0  # values the arrays hold exactly, or also some asked row by row
+    rows = _random_rows(rng, 300, _EXACT if exact else _VALUES)
+    columns = Columns(rows)
+    assert all((columns.column(c) is not None) == exact for c in ("config.x", "config.y", "loss.best"))
+    for _ in range(100):
+        query = Query(_random_query(rng))
+        for now in (1500.0, None):
+            want = [r["run"] for r in matching(rows, query, now=now)]
+            assert [r["run"] for r in matching(rows, query, now=now, columns=columns)] == want, query
+
+
+def test_the_oracle_answers_the_same_asked_of_whole_columns(store):
+    from somatize.record._columns import QUERY_STATS
+    from somatize.record._queries import _rows
+    from somatize.record._where import Columns, matching
+
+    rows = _rows(store, QUERY_STATS)
+    columns = Columns(rows)
+    for query, want in ORACLE:
+        assert {r["run"] for r in matching(rows, query, columns=columns)} == set(want), query

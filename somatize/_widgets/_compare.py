@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from html import escape
 
 import numpy as np
@@ -267,15 +266,18 @@ class Explorer:
 
     def __init__(self, store, where, metric):
         from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
-        from somatize.record import _columns, _where
-        from somatize.record._queries import _rows
+        from somatize.record import _columns, _table, _where
 
         if not isinstance(metric, str):
             raise SomatizeTypeError(f"metric={metric!r}: give a column of runs(store) as a str, e.g. "
                                     f"metric='loss.best'")
         self.store, self.metric, self.base = store, metric, where
-        rows = _rows(store, _columns.QUERY_STATS)
-        self.rows = _where.matching(rows, where) if where is not None else rows
+        table = _table.table(store, _columns.QUERY_STATS)
+        if where is None:
+            self.rows, self._columns = table.rows, table.columns()
+        else:  # the runs where= holds for, whose columns a brush's query asks at once (_where.Columns)
+            self.rows = _where.matching(table.rows, where, columns=table.columns())
+            self._columns = _where.Columns(self.rows)
         values = [r.get(metric, _ABSENT) for r in self.rows]
         if not any(v is not _ABSENT and _present(v) and isinstance(v, (int, float)) for v in values):
             known = sorted({c for r in self.rows for c in r if "." in c and not c.startswith("config.")
@@ -400,9 +402,7 @@ class Explorer:
         if self._where_text is None or self._where_text == self.base:
             self.mask = np.ones(len(self.rows), dtype=bool)
             return
-        query = Query(self._where_text)
-        now = time.time() if "age" in query.columns else None
-        self.mask = np.fromiter((query(r, now) for r in self.rows), dtype=bool, count=len(self.rows))
+        self.mask = Query(self._where_text).mask(self._columns)  # of whole columns: as row by row, at once
 
     # ---- what is drawn ------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ lines' arrays (bounded: ``Explorer.lines``) and the curves, under
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 import bqplot as bq
@@ -27,6 +28,8 @@ from ._compare import CURVES, MISSING
 
 BRUSH = "#2563eb"  # the brand colour's light value: bqplot takes no CSS variable
 HEIGHT = "320px"
+AXIS_AT = 0.6  # where a column's axis stands, across it: its tick labels, on its left, have room
+BRUSH_WIDTH = 16  # px: the brush drawn on its axis (a drag anywhere in the column still brushes it)
 # bqplot's own text colours are not the theme's (its dark axis labels are
 # orange): the theme's, through JupyterLab's variables
 STYLE = """<style>
@@ -38,7 +41,35 @@ STYLE = """<style>
   text-overflow: ellipsis; white-space: nowrap; color: var(--jp-ui-font-color1); padding-left: 20%; }
 .somatize-explorer-label span, .somatize-explorer-curves { color: var(--jp-ui-font-color2); font-size: 12px; }
 .somatize-explorer-head { color: var(--jp-ui-font-color1); }
-</style>"""
+.somatize-explorer-axis .tick text { paint-order: stroke; stroke: var(--jp-layout-color0, #fff); stroke-width: 3px;
+  stroke-linejoin: round; }
+""" + (  # bqplot draws a brush across its whole figure: drawn on the axis instead (SVG 2 geometry in CSS)
+    ".somatize-explorer-axis .brushintsel .selection, .somatize-explorer-axis .brushintsel .handle {\n"
+    f"  x: calc({AXIS_AT * 100:g}% - {BRUSH_WIDTH / 2:g}px); width: {BRUSH_WIDTH}px; }}\n</style>")
+
+
+TICK_FONT = 12  # px: bqplot's tick labels
+TICK_GAP = 10  # px between a tick label and its axis, and before the column's left edge
+LABEL_MOST = 10  # characters of a tick label (a long value of a set is cut with an ellipsis)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LABEL_MOST else text[: LABEL_MOST - 1] + "…"
+
+
+def _room(labels) -> int:
+    """The least width (px) of a column whose axis, at ``AXIS_AT`` across
+    it, has its longest tick label on its left (a glyph taken as 0.58 of the
+    font size, a little more than it is)."""
+    longest = max((len(t) for t in labels), default=1)
+    return max(48, math.ceil((longest * 0.58 * TICK_FONT + TICK_GAP) / AXIS_AT))
+
+
+def _thinned(ticks, height=int(HEIGHT[:-2]) - 16):
+    """The ticks labelled: all when their labels have room one above the
+    other on the axis (``height`` px), else every k-th from the foot."""
+    k = max(1, math.ceil(len(ticks) * (TICK_FONT + 4) / height))
+    return ticks[::k]
 
 
 def _key(place) -> str:
@@ -57,16 +88,18 @@ class ExplorerView:
         self._moving = False
         lo, hi = span(explorer.missing, MISSING)
         self.y = bq.LinearScale(min=lo, max=hi)
-        self.columns, self.selectors, self.marks, self.labels = [], [], [], []
+        self.columns, self.selectors, self.marks, self.labels, self.stacks = [], [], [], [], []
+        texts: list = []
         count = len(explorer.axis_list)
         for i, axis in enumerate(explorer.axis_list):
-            # the axis at 60% of its column: its tick labels, on its left, have room
-            x = bq.LinearScale(min=i - 0.6, max=i + 0.4)
+            # the axis at AXIS_AT across its column: its tick labels, on its left, have room
+            x = bq.LinearScale(min=i - AXIS_AT, max=i + 1 - AXIS_AT)
             # the gaps this column shows halves of: the one before its axis and the one after
             marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=1.5, apply_clip=True)
                      for g in (i - 1, i) if 0 <= g < count - 1}
             places = [p for p, _ in axis.ticks] + ([MISSING] if (axis.places == MISSING).any() else [])
-            labels = {_key(p): str(t) for p, t in axis.ticks}
+            labels = {_key(p): _cut(str(t)) for p, t in _thinned(axis.ticks)}
+            labels.update({_key(p): "" for p, _ in axis.ticks if _key(p) not in labels})  # a tick, unlabelled
             if (axis.places == MISSING).any():
                 labels[_key(MISSING)] = "no value"
             ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
@@ -74,15 +107,18 @@ class ExplorerView:
                          tick_labels=labels)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
-            self.labels.append(w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'
-                                      f'<b>{escape(axis.label)}</b><br><span>{escape(note)}</span></div>',
-                                      layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", margin="0")))
+            label = w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'
+                           f'<b>{escape(axis.label)}</b><br><span>{escape(note)}</span></div>',
+                           layout=w.Layout(width="100%", margin="0"))
             figure = bq.Figure(marks=list(marks.values()), axes=[ax], interaction=selector,
                                fig_margin={"top": 8, "bottom": 8, "left": 0, "right": 0}, padding_y=0,
                                animation_duration=0, display_toolbar=False,
-                               layout=w.Layout(flex="1 1 0px", min_width="0", width="auto", height=HEIGHT,
-                                               margin="0"))
+                               layout=w.Layout(width="100%", min_width="0", height=HEIGHT, margin="0"))
             figure.add_class("somatize-explorer-axis")
+            self.labels.append(label)
+            self.stacks.append(w.VBox([label, figure], layout=w.Layout(flex="1 1 0px", margin="0",
+                                                                        overflow="hidden")))
+            texts.extend(labels.values())
             selector.observe(lambda change, i=i: self._brushed(i), ["selected", "brushing"])
             self.columns.append(figure)
             self.selectors.append(selector)
@@ -99,8 +135,13 @@ class ExplorerView:
                                 display_toolbar=False,
                                 layout=w.Layout(width="100%", height="260px"))
         self.curves_head = w.HTML()
-        row = w.Layout(width="100%", margin="0")
-        parts = [self.head, w.HBox(self.labels, layout=row), w.HBox(self.columns, layout=row)]
+        # the columns one width (a line's two halves, one a column, meet without a bend), no narrower
+        # than the longest tick label needs on its axis's left: a row too wide for the page
+        # scrolls rather than draw one label over another
+        least = f"{_room(texts)}px"
+        for stack in self.stacks:
+            stack.layout.min_width = least
+        parts = [self.head, w.HBox(self.stacks, layout=w.Layout(width="100%", margin="0", overflow="auto hidden"))]
         if explorer.fact is not None:
             parts += [self.curves_head, self.curves]
         self.box = w.VBox(parts, layout=w.Layout(width="100%"))
@@ -161,6 +202,7 @@ class ExplorerView:
             self.curve_axes[1].scale = self.curve_y
         self.curve_axes[1].label = chart["ylabel"]
         self.curve_axes[1].tick_values = np.array([t for t, _ in chart["yticks"]], dtype=np.float64)
+        self.curve_axes[0].tick_values = np.array([t for t, _ in chart["xticks"]], dtype=np.float64)  # whole steps
         series = chart["series"]
         for k, line in enumerate(self.curve_lines):
             with line.hold_sync():

@@ -38,7 +38,6 @@ from ._runs import (
     existing_folder,
     live_recorder,
     log_short,
-    summaries,
     summary_or_damage,
 )
 from ._summary import TOOK
@@ -372,35 +371,12 @@ def nodes(store, run):
     return frame
 
 
-_ROWS: dict = {}  # (store root, run) -> (summary.json's identity, state, problem, stats, the run's columns)
-_ROWS_LIMIT = 20_000
-
-
 def _rows(store, stats) -> list[dict]:
-    """Each run's columns (``_columns.row``), made again only for a run whose
-    summary.json, state or problem is not the one they were made from. The
-    rows are shared between calls: nothing changes one."""
-    from . import _columns
+    """Each run's columns (``_columns.row``), kept between listings
+    (``_table``). The rows are shared between calls: nothing changes one."""
+    from . import _table
 
-    root = str(store_root(store))
-    identities: list = []
-    listed = summaries(store, identities=identities)
-    if len(_ROWS) > _ROWS_LIMIT:  # a listing of many stores: start again (one listing may pass the limit)
-        _ROWS.clear()
-    out = []
-    for s, ident in zip(listed, identities):
-        key = (root, s["run"])
-        got = _ROWS.get(key)
-        state, problem = s["state"], s.get("problem")
-        if ident is not None and got is not None and got[0] == ident and got[1] == state and got[2] == problem \
-                and got[3] is stats:
-            out.append(got[4])
-            continue
-        row = _columns.row(s, stats)
-        if ident is not None:
-            _ROWS[key] = (ident, state, problem, stats, row)
-        out.append(row)
-    return out
+    return _table.table(store, stats).rows
 
 
 def runs(store, where=None):
@@ -427,13 +403,13 @@ def runs(store, where=None):
     query runs no code; one that does not read raises ``somatize.QueryError``
     naming the character where reading stopped and what could stand there.
     (``Store.runs()`` returns only the names, sorted.)"""
-    from . import _columns, _where
+    from . import _columns, _table, _where
 
     query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
-    rows = _rows(store, _columns.QUERY_STATS if query is not None else _columns.STATS)
-    if query is not None:
-        rows = _where.matching(rows, query)
-    return frame(rows)
+    table = _table.table(store, _columns.QUERY_STATS)  # what frame() shows of a row is the same either way
+    if query is None:
+        return table.frame().copy()
+    return frame(_where.matching(table.rows, query, columns=table.columns()))
 
 
 def frame(rows):

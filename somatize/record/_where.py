@@ -50,9 +50,13 @@ from __future__ import annotations
 import operator
 import re
 import time
+from typing import TYPE_CHECKING
 
 from .._base.errors import QueryError, SomatizeTypeError
 from ._columns import FIXED, QUERY_STATS
+
+if TYPE_CHECKING:  # numpy is imported where whole columns are asked: `somatize runs --where` lists without it
+    import numpy as np
 
 MAX_LENGTH = 4_000
 MAX_DEPTH = 32
@@ -198,8 +202,7 @@ class _Parser:
                   "more", "write the query flatter")
         if self.word() == "not":
             self.take()
-            inner = self.not_(depth + 1)
-            return lambda row, now: not inner(row, now)
+            return _not(self.not_(depth + 1))
         if token[0] == "op" and token[1] == "(":
             self.take()
             inner = self.or_(depth + 1)
@@ -368,6 +371,7 @@ def _equal(a, b) -> bool:
 
 
 _ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 
 
 def _ordered(op):
@@ -378,6 +382,20 @@ def _ordered(op):
         return kind == _kind(b) and kind in ("number", "str") and fn(a, b)
 
     return test
+
+
+class _Node:
+    """One part of a query, asked two ways with one meaning: ``test(row,
+    now)`` of one row, ``mask(columns, now)`` of a whole table's columns at
+    once (``Columns``: a boolean array, one entry a row). A part whose
+    columns hold a value the arrays cannot stand for exactly (a list, an
+    integer past 2**53, a number of a subclass) is asked row by row there."""
+
+    __slots__ = ("test", "mask")
+
+    def __init__(self, test, mask):
+        self.test = test
+        self.mask = mask
 
 
 def _compare(op, left, right):
@@ -396,7 +414,26 @@ def _compare(op, left, right):
             return False
         return test(a, b)
 
-    return compare
+    if left[0] == "value":  # a column on the right: asked as the column on the left
+        op, left, right = _FLIPPED[op], right, left
+
+    def mask(columns, now):
+        a = columns.operand(left, now)
+        if right[0] == "column":
+            b = columns.operand(right, now)
+            exact = b is not None
+        else:
+            b = right[1]
+            exact = b.__class__ is not int or _EXACT_INT >= b >= -_EXACT_INT
+        if a is None or not exact:
+            return columns.each(compare, now)
+        if op == "==":
+            return _equal_mask(a, b)
+        if op == "!=":
+            return a.valid & (b.valid if isinstance(b, _Column) else True) & ~_equal_mask(a, b)
+        return _ordered_mask(op, a, b)
+
+    return _Node(compare, mask)
 
 
 def _getter(operand):
@@ -427,20 +464,206 @@ def _member(column, values, negated):
             found = False
         return not found if negated else found
 
-    return member
+    numbers = [v for v in hashed.get("number", ())]
+    exact = all(v.__class__ is float or _EXACT_INT >= v >= -_EXACT_INT for v in numbers)
+
+    def mask(columns, now):
+        import numpy as np
+
+        c = columns.operand(("column", column), now)
+        if c is None or not exact:
+            return columns.each(member, now)
+        found = np.zeros(columns.count, bool)
+        if numbers:
+            found |= (c.kind == _NUMBER) & np.isin(c.num, numbers)
+        if "bool" in hashed:
+            found |= (c.kind == _BOOL) & np.isin(c.num, [float(v) for v in hashed["bool"]])
+        if "str" in hashed:
+            found |= c.in_strings(hashed["str"])
+        if "null" in hashed:
+            found |= c.kind == _NULL
+        return c.valid & ~found if negated else found
+
+    return _Node(member, mask)
+
+
+def _not(inner):
+    test = inner.test
+    return _Node(lambda row, now: not test(row, now), lambda columns, now: ~inner.mask(columns, now))
 
 
 def _any(parts):
-    return lambda row, now: any(p(row, now) for p in parts)
+    tests = [p.test for p in parts]
+
+    def mask(columns, now):
+        out = parts[0].mask(columns, now)
+        for p in parts[1:]:
+            out = out | p.mask(columns, now)
+        return out
+
+    return _Node(lambda row, now: any(t(row, now) for t in tests), mask)
 
 
 def _all(parts):
-    return lambda row, now: all(p(row, now) for p in parts)
+    tests = [p.test for p in parts]
+
+    def mask(columns, now):
+        out = parts[0].mask(columns, now)
+        for p in parts[1:]:
+            out = out & p.mask(columns, now)
+        return out
+
+    return _Node(lambda row, now: all(t(row, now) for t in tests), mask)
+
+
+# ---- the same questions of whole columns -----------------------------------------------
+
+_MISSING_KIND, _NAN, _NUMBER, _STR, _BOOL, _NULL, _OTHER = range(7)
+_KIND_OF = {float: _NUMBER, int: _NUMBER, str: _STR, bool: _BOOL, type(None): _NULL, object: _MISSING_KIND}
+_EXACT_INT = 1 << 53  # an int of at most this size is a float exactly
+
+
+class _Column:
+    """One column of many rows as arrays: ``kind`` (missing, NaN, number,
+    str, bool, null), ``num`` (a number's or a boolean's value as a float),
+    ``strs`` (a string's value, "" elsewhere), ``valid`` (neither missing
+    nor NaN: what ``!=`` and ``not in`` ask first)."""
+
+    __slots__ = ("kind", "num", "strs", "valid", "_uniques")
+
+    def __init__(self, kind, num, strs):
+        self.kind = kind
+        self.num = num
+        self.strs = strs
+        self.valid = kind > _NAN
+        self._uniques = None
+
+    @classmethod
+    def of(cls, values):
+        """The column of ``values`` (``_MISSING`` where a row lacks it), or
+        None when one of them is not what the arrays stand for exactly."""
+        import numpy as np
+
+        kinds = [_KIND_OF.get(v.__class__, _OTHER) for v in values]
+        if _OTHER in kinds:
+            return None
+        nums = []
+        strs = []
+        for v, k in zip(values, kinds):
+            if k == _NUMBER:
+                if v.__class__ is int and not _EXACT_INT >= v >= -_EXACT_INT:
+                    return None
+                nums.append(v)
+                strs.append("")
+            elif k == _BOOL:
+                nums.append(1.0 if v else 0.0)
+                strs.append("")
+            else:
+                nums.append(0.0)
+                strs.append(v if k == _STR else "")
+        kind = np.array(kinds, np.int8)
+        num = np.array(nums, float)
+        kind[(kind == _NUMBER) & np.isnan(num)] = _NAN
+        strings = np.empty(len(strs), object)
+        strings[:] = strs
+        return cls(kind, num, strings)
+
+    def in_strings(self, wanted) -> np.ndarray:
+        """Where the value is a string among ``wanted`` (a set)."""
+        import numpy as np
+
+        if self._uniques is None:
+            self._uniques = np.unique(self.strs[self.kind == _STR]) if (self.kind == _STR).any() else self.strs[:0]
+        hit = [u for u in self._uniques if u in wanted]
+        if not hit:
+            return np.zeros(len(self.kind), bool)
+        return (self.kind == _STR) & np.isin(self.strs, hit)
+
+
+def _equal_mask(a, b) -> np.ndarray:
+    """Where ``a`` (a ``_Column``) equals ``b`` (a column, or a literal) as ``_equal`` says."""
+
+    if isinstance(b, _Column):
+        same = a.kind == b.kind
+        numeric = (a.kind == _NUMBER) | (a.kind == _BOOL)
+        return same & ((numeric & (a.num == b.num)) | ((a.kind == _STR) & (a.strs == b.strs)) | (a.kind == _NULL))
+    kind = _KIND_OF.get(b.__class__)
+    if kind == _NUMBER:
+        return (a.kind == _NUMBER) & (a.num == b)
+    if kind == _BOOL:
+        return (a.kind == _BOOL) & (a.num == float(b))
+    if kind == _STR:
+        return (a.kind == _STR) & (a.strs == b)
+    return a.kind == _NULL
+
+
+def _ordered_mask(op, a, b) -> np.ndarray:
+    import numpy as np
+
+    fn = _ORDER[op]
+    if isinstance(b, _Column):
+        numbers = (a.kind == _NUMBER) & (b.kind == _NUMBER)
+        strings = (a.kind == _STR) & (b.kind == _STR)
+        out = numbers & fn(a.num, b.num)
+        if strings.any():
+            out[strings] = fn(a.strs[strings], b.strs[strings]).astype(bool)
+        return out
+    kind = _KIND_OF.get(b.__class__)
+    if kind == _NUMBER:
+        return (a.kind == _NUMBER) & fn(a.num, b)
+    if kind == _STR:
+        return (a.kind == _STR) & fn(a.strs, b).astype(bool)
+    return np.zeros(len(a.kind), bool)  # a boolean or null is never ordered
+
+
+class Columns:
+    """The columns of a list of rows (``_columns.row``), each made once,
+    when a query first asks for it; what ``Query.mask`` asks. The rows are
+    not copied: they must not change while this is kept."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.count = len(rows)
+        self._made: dict = {}
+
+    def column(self, name) -> _Column | None:
+        try:
+            return self._made[name]
+        except KeyError:
+            pass
+        got = _Column.of([row.get(name, _MISSING) for row in self.rows])
+        self._made[name] = got
+        return got
+
+    def operand(self, operand, now) -> _Column | None:
+        """The column an operand names (``age`` made of ``updated`` and
+        ``now``); None when it is asked row by row."""
+        import numpy as np
+
+        kind, name = operand
+        if name != "age":
+            return self.column(name)
+        updated = self.column("updated")
+        if updated is None or ((updated.kind == _STR) | (updated.kind == _BOOL)).any():
+            return None
+        if now is None:
+            return _Column(np.zeros(self.count, np.int8), updated.num, updated.strs)
+        kind = np.where((updated.kind == _NUMBER) | (updated.kind == _NAN), updated.kind, _MISSING_KIND)
+        num = now - updated.num
+        kind[(kind == _NUMBER) & np.isnan(num)] = _NAN
+        return _Column(kind.astype(np.int8), num, updated.strs)
+
+    def each(self, test, now) -> np.ndarray:
+        """``test(row, now)`` of each row: a part asked row by row."""
+        import numpy as np
+
+        return np.fromiter((test(row, now) for row in self.rows), bool, self.count)
 
 
 class Query:
-    """A query read once and asked of many rows: ``query(row, now)``.
-    ``columns``: the columns it names; ``text``: as it was written."""
+    """A query read once and asked of many rows: ``query(row, now)`` of one,
+    ``query.mask(columns, now)`` of a whole ``Columns`` at once (the same
+    answers). ``columns``: the columns it names; ``text``: as it was written."""
 
     def __init__(self, text):
         if isinstance(text, Query):
@@ -456,23 +679,38 @@ class Query:
                 f"question; the query was not read)",
                 text[:MAX_LENGTH], MAX_LENGTH, "the end of the query")
         parser = _Parser(text)
-        self._test = parser.parse()
+        tree = parser.parse()
+        self._test = tree.test
+        self._mask = tree.mask
         self.text = text
         self.columns = frozenset(parser.fields)
 
     def __call__(self, row: dict, now: float | None = None) -> bool:
         return self._test(row, now)
 
+    def mask(self, columns: Columns, now: float | None = None) -> np.ndarray:
+        """Whether it holds for each row of ``columns``, as a boolean array
+        (``now``: for ``age``, the time asked; now when not given)."""
+        if now is None and "age" in self.columns:
+            now = time.time()
+        return self._mask(columns, now)
+
     def __repr__(self):
         return f"Query({self.text!r})"
 
 
-def matching(rows, where, now=None, key=None) -> list:
+def matching(rows, where, now=None, key=None, columns: Columns | None = None) -> list:
     """The rows ``where`` (a str or a ``Query``) holds for, in order;
-    ``key(row)``: the columns of a row, when a row is not its columns."""
+    ``key(row)``: the columns of a row, when a row is not its columns;
+    ``columns``: the ``Columns`` of ``rows``, when the caller keeps them
+    (the query is then asked of whole columns at once)."""
+    import numpy as np
+
     query = where if isinstance(where, Query) else Query(where)
     if now is None and "age" in query.columns:
         now = time.time()
+    if columns is not None:
+        return [rows[i] for i in np.flatnonzero(query.mask(columns, now))]
     if key is None:
         return [r for r in rows if query(r, now)]
     return [r for r in rows if query(key(r), now)]
@@ -487,7 +725,7 @@ def comparisons(text: str) -> list[tuple[str, str, object]] | None:
     Query(text)  # a query that does not read fails here, pointing at the character
     parser = _Parser(text)
     out: list = []
-    flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+    flipped = _FLIPPED
 
     def conjunction():
         term()
