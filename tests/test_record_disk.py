@@ -2,6 +2,7 @@
 and resuming cuts back to the last completed flush without losing a whole block."""
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -460,3 +461,40 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     rec.close()
     assert renames[at_close:] == ["finished"]  # one summary written by the close, with the state
     assert len(curve(store, run="r", name="loss")) == 120 and len(curve(store, run="r", name="lr")) == 1
+
+
+def test_the_background_flush_fsyncs_on_its_own_thread_and_a_close_together(store, monkeypatch):
+    """The flusher runs beside a training loop: its fsyncs are made one after
+    the other on its own thread, never handed to the fsync threads (they
+    would take the GIL back from the loop, and nobody waits for a background
+    flush). A close, which its caller waits for, fsyncs its files together."""
+    from somatize._store import files
+    from somatize.record import _flusher
+
+    real_fsync, threads = os.fsync, []
+
+    def traced_fsync(fd):
+        threads.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", traced_fsync)
+    rec = Recorder(store, run="r", summarising=["loss"])
+
+    def facts_of_many_series(n):
+        for i in range(n):
+            rec.forward_began()
+            rec({"fact": "loss", "value": 1 / (i + 1)})
+            for node in "abcdef":  # a series each: more files than SYNC_TOGETHER_AT
+                rec({"fact": "grad_norm", "node": node, "value": float(i)})
+
+    facts_of_many_series(20)
+    threads.clear()  # Recorder()'s own summary
+    flusher = threading.Thread(target=_flusher.flush_all, name="as-the-flusher")
+    flusher.start()
+    flusher.join()
+    assert len(threads) >= files.SYNC_TOGETHER_AT and set(threads) == {"as-the-flusher"}, threads
+    threads.clear()
+    facts_of_many_series(5)
+    rec.close()
+    assert len(threads) >= files.SYNC_TOGETHER_AT and any(t.startswith("somatize-fsync") for t in threads), threads
+    assert len(curve(store, run="r", name="loss")) == 25

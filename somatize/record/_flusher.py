@@ -37,7 +37,7 @@ def flush_all():
         recorders = list(LIVE.values())
     for recorder in recorders:
         try:
-            recorder.flush()
+            recorder._flush(background=True)  # its fsyncs one after the other (sync_all)
         except Exception:
             pass  # the recorder keeps it and raises it at its owner's next call
 

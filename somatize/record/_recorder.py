@@ -229,10 +229,12 @@ class Recorder:
         """Write every fact handed over so far, durably, and return."""
         self._flush()
 
-    def _flush(self, state=None) -> bool:
+    def _flush(self, state=None, background=False) -> bool:
         """``flush``; ``state`` (a function that marks the run's state in its
         summary) is written with the commit's summary, so a close writes the
-        summary once. Returns whether it was (False: nothing to commit)."""
+        summary once; ``background``: the flusher's, beside the training, so
+        its files are fsynced one after the other (``sync_all``). Returns
+        whether it was (False: nothing to commit)."""
         if self._holders:
             self._holders()
         with self._flush_lock:
@@ -251,7 +253,7 @@ class Recorder:
                 for start in range(0, n, CHUNK):
                     self._absorb(self._grouped(pending[start : min(start + CHUNK, n)]), batch)
                 if batch.count:
-                    self._commit(batch, state)
+                    self._commit(batch, state, together=not background)
                     marked = state is not None
             except BaseException as e:
                 self._fail(e)
@@ -419,7 +421,7 @@ class Recorder:
         batch.last = groups[-1][0]
         batch.count += _summary.summarise(groups, self._summary, batch.points)
 
-    def _commit(self, batch, state=None):
+    def _commit(self, batch, state=None, together=True):
         """Log first, then series, index, summary: each file only ever holds
         what the ones written before it hold (a kill -9 keeps every write()
         made). Then the log, the series, the index and every folder that
@@ -429,7 +431,7 @@ class Recorder:
         traces the calls). One round instead of five one after the other
         (log, series, index, each folder).
         ``state``: the run's state, written with this commit's summary (a
-        close writes it once)."""
+        close writes it once). ``together``: see ``sync_all``."""
         summary = self._summary
         base = self._log_bytes
         log = self._fd(LOG)
@@ -450,7 +452,7 @@ class Recorder:
         fd = self._fd(INDEX)
         write_all(fd, [index])
         written.append(fd)
-        self._synced(written)
+        self._synced(written, together)
         self._hashers[INDEX].update(index)
         summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
         self._log_bytes = base + len(batch.data)
@@ -461,7 +463,7 @@ class Recorder:
             state()
         self._write_summary()
 
-    def _synced(self, fds):
+    def _synced(self, fds, together=True):
         """fsync ``fds`` and every folder that gained a file since the last
         commit together (the new files' names survive a power cut before the
         summary counts them)."""
@@ -469,7 +471,7 @@ class Recorder:
         try:
             for folder in self._new_in:
                 folders.append(os.open(folder, _OPEN_DIR))
-            sync_all(fds + folders)
+            sync_all(fds + folders, together)
         finally:
             for fd in folders:
                 os.close(fd)
