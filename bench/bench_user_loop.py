@@ -31,6 +31,7 @@ Target (issue 18): trainer+recorder <= 1.05x the hand-written loop.
 """
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -150,6 +151,7 @@ def main():
     for r in range(args.rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for n in order:
+            gc.collect()  # what the variant before left is not collected inside this one
             got[n].append(VARIANTS[n](batches, store))
 
     load = os.getloadavg()
