@@ -44,6 +44,7 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_browser import median_ms  # noqa: E402  (one timing helper)
 from bench_where import QUERY, sweep  # noqa: E402  (the same store, the same question)
 
 QUICK = "--quick" in sys.argv
@@ -51,13 +52,6 @@ RUNS = 2_000 if QUICK else 10_000
 REPEAT = 5 if QUICK else 9
 
 
-def median_ms(fn, repeat=REPEAT):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1000 * sorted(times)[len(times) // 2]
 
 
 def write_events(store: Path, logdir: Path) -> int:
@@ -160,10 +154,10 @@ def main():
             assert theirs == ours and ours, (len(theirs), len(ours))
             time.sleep(2.1)  # the kept table trusts no file's times within 2 s of its write
             runs(store, where=QUERY)
-            where = median_ms(lambda: runs(store, where=QUERY))
-            plain = median_ms(lambda: runs(store))
-            tb_filtered = median_ms(lambda: ask(port, FILTERED))
-            tb_all = median_ms(lambda: ask(port, ALL))
+            where = median_ms(lambda: runs(store, where=QUERY), repeat=REPEAT)
+            plain = median_ms(lambda: runs(store), repeat=REPEAT)
+            tb_filtered = median_ms(lambda: ask(port, FILTERED), repeat=REPEAT)
+            tb_all = median_ms(lambda: ask(port, ALL), repeat=REPEAT)
         finally:
             board.terminate()
             board.wait(30)

@@ -85,6 +85,15 @@ def browser():
         chromium.close()
 
 
+def open_notebook(page, lab):
+    """explore.ipynb open, its kernel trusted and idle."""
+    page.goto(f"{lab}/lab/tree/explore.ipynb?token={TOKEN}&reset")
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    page.add_style_tag(content=".Toastify { display: none !important; }")
+    accept_kernel_dialog(page)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+
+
 def run_cell(page, index):
     """Run cell ``index`` (from 0) as a person does, and return what it printed after ANSWER, read as JSON."""
     cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
@@ -101,11 +110,7 @@ def run_cell(page, index):
 def test_a_brush_dragged_on_an_axis_is_the_selection_in_the_kernel(lab, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        page.goto(f"{lab}/lab/tree/explore.ipynb?token={TOKEN}&reset")
-        page.wait_for_selector(".jp-Notebook", timeout=90_000)
-        page.add_style_tag(content=".Toastify { display: none !important; }")
-        accept_kernel_dialog(page)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        open_notebook(page, lab)
         run_cell(page, 0)
         explorer = page.locator(".somatize-explorer").first
         columns = explorer.locator(".somatize-explorer-axis")
@@ -234,11 +239,7 @@ def drag(page, column, start, stop):
 def test_600_runs_binned_in_the_kernel_brush_to_the_query_s_answer_and_draw_right(lab, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        page.goto(f"{lab}/lab/tree/explore.ipynb?token={TOKEN}&reset")
-        page.wait_for_selector(".jp-Notebook", timeout=90_000)
-        page.add_style_tag(content=".Toastify { display: none !important; }")
-        accept_kernel_dialog(page)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        open_notebook(page, lab)
         run_cell(page, 4)
         explorer = page.locator(".jp-Notebook .jp-Cell").nth(4).locator(".somatize-explorer").first
         columns = explorer.locator(".somatize-explorer-axis")
