@@ -188,3 +188,28 @@ def test_a_run_read_again_while_recent_is_kept_once_old_enough(tmp_path, monkeyp
     runs(store)  # read again, the same row: now old enough to keep
     del trusting[:]
     assert runs(store).loc[0, "state"] == "finished" and trusting == []
+
+
+def test_a_folder_that_becomes_a_run_after_a_listing_that_changed_nothing_is_listed(tmp_path, trusting):
+    store = Store(tmp_path / "s")
+    record(store, "a", [1.0])
+    listed(store)
+    (store.path / "runs" / "b").mkdir()  # a Recorder's folder before its first commit: no run yet
+    assert listed(store).index.tolist() == ["a"]  # runs/ listed again, the same rows
+    record(store, "b", [2.0])  # runs/ itself unchanged: the folder was there
+    assert listed(store).index.tolist() == ["a", "b"]
+
+
+def test_rows_not_yet_kept_count_in_the_bound_too(tmp_path, monkeypatch, trusting):
+    store = Store(tmp_path / "s")
+    for i in range(4):
+        record(store, f"r{i}", [float(i)])
+    monkeypatch.setattr(_table, "KEPT_RUNS", 3)
+    monkeypatch.setattr(_table, "_RECENT", 3600.0)  # every summary recent: none kept by its times yet
+    listed(store)
+    monkeypatch.setattr(_table, "_RECENT", 0.0)  # now old enough: read again, the same rows
+    listed(store)
+    del trusting[:]
+    assert listed(store)["loss.last"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert len(trusting) == 4  # more runs than may be kept: each listing reads them all
+    assert sum(len(t.rows) for t in _table._TABLES.values()) <= 3

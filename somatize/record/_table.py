@@ -125,9 +125,10 @@ def table(store, stats) -> Table:
     try:
         folder = os.fstat(runs_fd)
         listed = (folder.st_dev, folder.st_ino, folder.st_mtime_ns, folder.st_ctime_ns)
-        if before is not None and before._listed == listed:
-            entries = before._entries  # no entry of runs/ came, went, or was renamed over since
-        else:
+        if before is not None:
+            with _LOCK:  # the two as one listing left them (another thread may be setting them)
+                was, entries = before._listed, before._entries
+        if before is None or was != listed:  # else no entry of runs/ came, went, or was renamed over since
             with os.scandir(runs_fd) as it:  # a run that is a link or a file lists, as damaged
                 entries = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it
                                  if e.name in kept or is_run_name(e.name))
@@ -161,14 +162,15 @@ def table(store, stats) -> Table:
     finally:
         os.close(runs_fd)
     if same and len(rows) == len(before.rows):
-        before._listed = listed
-        before._kept = now_kept  # rows read again as they were, now old enough to keep
+        with _LOCK:  # runs/ as listed now with its entries (a folder that is no run yet among them)
+            before._listed, before._entries = listed, entries
+            before._kept = now_kept  # rows read again as they were, now old enough to keep
         return before  # no run changed, none came or went: its columns and frame still hold
     made = Table(rows, now_kept, entries, listed)
     with _LOCK:
         _TABLES.pop(key, None)
-        if len(now_kept) <= KEPT_RUNS:
+        if len(rows) <= KEPT_RUNS:  # every row, kept or not yet: a listing that read them all may keep them next
             _TABLES[key] = made
-        while len(_TABLES) > KEPT_STORES or sum(len(t._kept) for t in _TABLES.values()) > KEPT_RUNS:
+        while len(_TABLES) > KEPT_STORES or sum(len(t.rows) for t in _TABLES.values()) > KEPT_RUNS:
             del _TABLES[next(iter(_TABLES))]  # the one asked longest ago
     return made
