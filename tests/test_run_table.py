@@ -190,11 +190,14 @@ def test_a_run_read_again_while_recent_is_kept_once_old_enough(tmp_path, monkeyp
     assert runs(store).loc[0, "state"] == "finished" and trusting == []
 
 
-def test_a_folder_that_becomes_a_run_after_a_listing_that_changed_nothing_is_listed(tmp_path, trusting):
+def test_a_folder_that_becomes_a_run_after_a_listing_that_changed_nothing_is_listed(tmp_path, monkeypatch,
+                                                                                    trusting):
     store = Store(tmp_path / "s")
     record(store, "a", [1.0])
     listed(store)
-    (store.path / "runs" / "b").mkdir()  # a Recorder's folder before its first commit: no run yet
+    monkeypatch.setattr(_table, "_RECENT", 0.3)
+    (store.path / "runs" / "b").mkdir()  # a folder holding nothing recorded yet (a copy under way, say)
+    time.sleep(0.4)  # runs/'s times now old enough to trust
     assert listed(store).index.tolist() == ["a"]  # runs/ listed again, the same rows
     record(store, "b", [2.0])  # runs/ itself unchanged: the folder was there
     assert listed(store).index.tolist() == ["a", "b"]
