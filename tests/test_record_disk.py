@@ -498,3 +498,23 @@ def test_the_background_flush_fsyncs_on_its_own_thread_and_a_close_together(stor
     rec.close()
     assert len(threads) >= files.SYNC_TOGETHER_AT and any(t.startswith("somatize-fsync") for t in threads), threads
     assert len(curve(store, run="r", name="loss")) == 25
+
+
+def test_a_forked_child_closing_its_copy_of_a_recorder_leaves_the_parents_run_alone(tmp_path):
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as r:
+        r.forward_began()
+        r({"fact": "loss", "value": 1.0})
+        r.flush()
+        summary = store.path / "runs" / "r" / "summary.json"
+        before = summary.read_bytes()
+        pid = os.fork()
+        if pid == 0:  # the child leaves the with block too (a fork() in user code): it must not write
+            try:
+                r.close()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert summary.read_bytes() == before
+        assert orjson.loads(summary.read_bytes())["state"] == "running"
+    assert orjson.loads(summary.read_bytes())["state"] == "finished"

@@ -283,7 +283,8 @@ class Recorder:
                 self._summary["cause"] = cause
 
         try:
-            if self._error is None and not self._flush(mark):  # written with the last facts, or alone
+            # written with the last facts, or alone; never by a forked child (the run is its parent's)
+            if self._error is None and not self._flush(mark) and os.getpid() == self._pid:
                 with self._flush_lock:
                     mark()
                     self._synced([])  # a run that never committed: its folders, made by Recorder()
