@@ -870,3 +870,21 @@ async def test_a_listing_counts_each_runs_findings_off_the_request_sick_above_ze
     (f,) = (await get(jp_fetch, "stores", sid, "runs", "sick", "findings"))["findings"]
     assert f["kind"] == "diverged" and f["node"] is None and f["first"] == 5
     assert (await get(jp_fetch, "stores", sid, "runs", "alpha", "findings"))["findings"] == []
+
+
+@pytest.mark.parametrize("count", [float("inf"), 1e9])
+async def test_a_ranks_fact_that_counts_absurdly_many_ranks_reads_only_the_ranks_there(jp_fetch, layout, count):
+    """``ranks`` is a fact any run may say: an infinite count answered 500
+    (int(inf)), a count of a billion asked a billion series, one at a time,
+    holding a thread of the pool. Only the ranks with a series are read."""
+    with Recorder(Store(layout["store"]), run="odd") as r:
+        r({"fact": "ranks", "value": count})
+        for _ in range(3):
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0})
+            r({"fact": "rank_us", "rank": 0, "value": 100.0})
+            r({"fact": "rank_us", "rank": 2, "value": 150.0})
+    sid = await the_store(jp_fetch)
+    got = await get(jp_fetch, "stores", sid, "runs", "odd", "nodes")
+    assert [(x["rank"], x["mean_us"], x["steps"]) for x in got["ranks"]] == [(0, 100.0, 2), (2, 150.0, 2)]
+    assert got["straggler"]["rank"] == 2 and got["straggler"]["fastest"] == 0

@@ -17,14 +17,19 @@ def ranks_of(store, run):
     """[{"rank", "mean_us", "steps"}] of a data-parallel run, from the series
     ``rank_us/rank<i>``, the warm-up step left out; [] for a run of one process."""
     from .._base.errors import SomatizeKeyError
-    from ._queries import curve
+    from ._queries import curve, curve_names
 
     try:
         size = curve(store, run=run, name=RANKS_FACT).dropna()
     except SomatizeKeyError:
         return []
+    size = size.iloc[-1] if len(size) else 0
+    # the ranks the run holds a series of, below its count: a count that is huge (or infinite) asks no more
+    prefix = f"{RANK_FACT}/rank"
+    said = [n[len(prefix):] for n in curve_names(store, run) if n.startswith(prefix)]
+    said = [int(i) for i in said if i.isascii() and i.isdecimal() and len(i) < 19 and str(int(i)) == i]
     out = []
-    for rank in range(int(size.iloc[-1]) if len(size) else 0):
+    for rank in sorted(i for i in said if i < size):
         try:
             c = curve(store, run=run, name=f"{RANK_FACT}/rank{rank}").dropna()
         except SomatizeKeyError:
