@@ -71,18 +71,23 @@ def sync_all(fds, together=True):
         from concurrent.futures import ThreadPoolExecutor
 
         _syncers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="somatize-fsync")
-    done = []
+    done, here = [], None
     for i, fd in enumerate(fds):
         try:
             done.append(_syncers.submit(os.fsync, fd))
         except RuntimeError:  # the interpreter is exiting (its threads refuse work): the rest here
-            for rest in fds[i:]:
-                os.fsync(rest)
+            try:
+                for rest in fds[i:]:
+                    os.fsync(rest)
+            except OSError as e:
+                here = e  # raised once the threads' fsyncs have finished too (the caller closes the fds)
             break
     for f in done:
         f.exception()  # waits: every fsync has finished before one failure is raised
     for f in done:
         f.result()
+    if here is not None:
+        raise here
 
 
 def _forget_syncers():  # a forked child has none of its parent's threads
