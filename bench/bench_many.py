@@ -43,6 +43,7 @@ from somatize.torch import Trainer, parameters
 # The reference notebook's model has one definition, beside the tests that check the Trainer against it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from torch_models import Body, Head  # noqa: E402
+from torch_models import batches as reference_batches  # noqa: E402
 
 RUNS = 8
 
@@ -50,12 +51,7 @@ RUNS = 8
 def one_run(path, run, steps, record=True):
     """Train one run; its seconds, taken inside the run (data made first)."""
     torch.set_num_threads(1)
-    gen = torch.Generator().manual_seed(1)
-    truth = torch.randn(8, 1, generator=gen)
-    batches = []
-    for _ in range(steps):
-        x = torch.randn(64, 8, generator=gen)
-        batches.append((x, x @ truth + 0.1 * torch.randn(64, 1, generator=gen)))
+    batches = reference_batches(steps)
     torch.manual_seed(0)
     g = Graph.somatize(Body().named("body") >> Head().named("head"))
     recorder = Recorder(Store(path), run=run, config={"steps": steps}) if record else None

@@ -63,18 +63,14 @@ from somatize.torch import Trainer, freeze, parameters
 # The reference notebook's model has one definition, beside the tests that check the Trainer against it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from torch_models import Body, Head  # noqa: E402
+from torch_models import batches as reference_batches  # noqa: E402
 
 MSE = torch.nn.functional.mse_loss
 
 
 def data(steps):
-    g = torch.Generator().manual_seed(1)
-    truth = torch.randn(8, 1, generator=g)
-    out = []
-    for _ in range(steps):
-        x = torch.randn(64, 8, generator=g)
-        out.append((x, x @ truth + 0.1 * torch.randn(64, 1, generator=g)))
-    return out
+    """The reference regression's batches of 64 (the tests' own, ``torch_models.batches``)."""
+    return reference_batches(steps)
 
 
 def graph(width=32, frozen_body=False):

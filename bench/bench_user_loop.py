@@ -43,30 +43,14 @@ from pathlib import Path
 import torch
 
 import somatize.torch  # noqa: F401
-from somatize import Graph, Recorder, Store
+from somatize import Recorder, Store
 from somatize.torch import Trainer, parameters
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from torch_models import Body, Head  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_trainer import MSE, data, graph  # noqa: E402  (the reference model and its batches, one definition)
 
-MSE = torch.nn.functional.mse_loss
 clock = time.perf_counter
 cpu = time.process_time  # every thread of the process: the Recorder's flusher too
-
-
-def data(steps):
-    g = torch.Generator().manual_seed(1)
-    truth = torch.randn(8, 1, generator=g)
-    out = []
-    for _ in range(steps):
-        x = torch.randn(64, 8, generator=g)
-        out.append((x, x @ truth + 0.1 * torch.randn(64, 1, generator=g)))
-    return out
-
-
-def graph():
-    torch.manual_seed(0)
-    return Graph.somatize(Body(32).named("body") >> Head(32).named("head"))
 
 
 # Each variant returns (whole, make, steps, close, CPU) in seconds: CPU is the
