@@ -55,13 +55,9 @@ def sync_all(fds, together=True):
     busy disk (other processes writing), 21 small appends: one after the
     other 2-23 ms median, 75-82 ms p90; together 2.7 ms median, 7-9 ms p90
     (bench/RESULTS.md). Only for a caller that waits (a close, a flush asked
-    for): a background flush beside a training loop makes its fsyncs one
-    after the other on its own thread, so it wakes no other thread to take
-    the GIL back from the loop's steps (no latency to save there: nobody
-    waits for it). Measured side by side, two runs each, the steps of a
-    300-step run with the flusher's fsyncs together or not could not be told
-    apart on a quiet machine (1.12-1.13x the bare Trainer both ways, stop 25).
-    """
+    for): the background flush, which nobody waits for, fsyncs one after the
+    other on its own thread and wakes no thread to take the GIL back from
+    the training loop beside it."""
     if not together or len(fds) < SYNC_TOGETHER_AT:
         for fd in fds:
             os.fsync(fd)
