@@ -514,7 +514,66 @@ def test_a_forked_child_closing_its_copy_of_a_recorder_leaves_the_parents_run_al
                 r.close()
             finally:
                 os._exit(0)
-        os.waitpid(pid, 0)
+        assert ended(pid) == 0
         assert summary.read_bytes() == before
         assert orjson.loads(summary.read_bytes())["state"] == "running"
     assert orjson.loads(summary.read_bytes())["state"] == "finished"
+
+
+def ended(pid, within=120.0):
+    """The exit status of a forked child; a child that has not ended
+    ``within`` seconds hangs (killed, and the test fails instead of hanging)."""
+    import signal
+    import time
+
+    give_up = time.monotonic() + within
+    while time.monotonic() < give_up:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child {pid} still ran after {within} s: it hung")
+
+
+def test_a_child_forked_while_another_thread_holds_the_recorders_locks_does_not_hang(tmp_path):
+    """fork() keeps a lock another thread holds (the flusher, four times a
+    second) held forever in the child. A child forked right then (a
+    DataLoader worker, a launched rank) closes its copy of the Recorder,
+    reads it, and records a run of its own."""
+    from somatize.record._runs import LIVE_LOCK
+    from somatize.record._table import _LOCK as TABLE_LOCK
+
+    store = Store(tmp_path / "s")
+    with Recorder(store, run="r") as r:
+        r.forward_began()
+        r({"fact": "loss", "value": 1.0})
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with LIVE_LOCK, TABLE_LOCK, r._flush_lock:
+                held.set()
+                release.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                assert r.forwards == 1
+                r.close()
+                with Recorder(store, run="child") as mine:
+                    mine.forward_began()
+                    mine({"fact": "loss", "value": 2.0})
+                assert set(runs(store)["run"]) == {"child", "r"}
+                code = 0
+            finally:
+                os._exit(code)
+        release.set()
+        holder.join()
+        assert ended(pid) == 0
+    assert curve(store, run="child", name="loss").tolist() == [2.0]
+    assert orjson.loads((store.path / "runs" / "r" / "summary.json").read_bytes())["state"] == "finished"

@@ -74,9 +74,13 @@ def _close_all():
 
 
 def _forget_after_fork():
-    # A forked child inherits the registry but not the locks nor the thread;
-    # it must neither write nor close its parent's runs.
+    # A forked child inherits the registry but not the thread; it must
+    # neither write nor close its parent's runs. A Recorder's lock that the
+    # thread held at the fork would be held forever: made anew, so the
+    # child's copy still answers what it reads (forwards, curve).
     global _flusher
+    for recorder in LIVE.values():
+        recorder._flush_lock._at_fork_reinit()
     LIVE.clear()
     _flusher = None
 

@@ -235,12 +235,16 @@ class Recorder:
         summary once; ``background``: the flusher's, beside the training, so
         its files are fsynced one after the other (``sync_all``). Returns
         whether it was (False: nothing to commit)."""
+        if os.getpid() != self._pid:
+            # A forked child must not write its parent's run, nor take its
+            # locks: one the flusher thread held at the fork is held forever.
+            return False
         if self._holders:
             self._holders()
         with self._flush_lock:
             self._raise_if_unusable(closed_ok=True)
-            if os.getpid() != self._pid or self._closed:
-                return False  # a forked child must not write its parent's run
+            if self._closed:
+                return False
             pending = self._pending
             n = len(pending)
             if not n:
@@ -275,6 +279,9 @@ class Recorder:
         """Flush, mark the run ``state``, saying its ``cause`` when interrupted."""
         if self._closed:
             return
+        if os.getpid() != self._pid:  # a forked child's copy: the run and its locks are the parent's
+            self._closed = True
+            return
 
         def mark():
             self._summary["state"] = state
@@ -284,7 +291,7 @@ class Recorder:
 
         try:
             # written with the last facts, or alone; never by a forked child (the run is its parent's)
-            if self._error is None and not self._flush(mark) and os.getpid() == self._pid:
+            if self._error is None and not self._flush(mark):
                 with self._flush_lock:
                     mark()
                     self._synced([])  # a run that never committed: its folders, made by Recorder()

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
+from .._base.forks import fork_safe
 from .._store import files as _store_files
 from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
@@ -37,12 +38,12 @@ SERIES = "series"
 
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
-LIVE_LOCK = threading.RLock()
+LIVE_LOCK = fork_safe(threading.RLock())
 # a run folder -> (its summary.json's identity, that summary as parsed): a
 # listing parses a summary again only when a flush has renamed a new one in
 _PARSED: dict = {}
 _PARSED_LIMIT = 20_000  # summaries kept (about 3 KB each): 10,000 runs fit, the memory stays bounded
-_PARSED_LOCK = threading.Lock()
+_PARSED_LOCK = fork_safe(threading.Lock())
 
 
 def checked_name(run) -> str:

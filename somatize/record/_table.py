@@ -38,6 +38,7 @@ import stat
 import threading
 import time
 
+from .._base.forks import fork_safe
 from .._store import files as _store_files
 from .._store.names import is_run_name, store_root
 from . import _runs
@@ -46,7 +47,7 @@ from ._summary import LOST
 KEPT_RUNS = 50_000
 KEPT_STORES = 4
 _TABLES: dict = {}  # (store root, stats) -> Table, the last asked last
-_LOCK = threading.Lock()
+_LOCK = fork_safe(threading.Lock())
 _SUMMARY = "/" + _runs.SUMMARY
 _LOG = "/" + _runs.LOG
 _RECENT = 2.0  # seconds: a folder's times closer to now than this may not yet tell one change from two
