@@ -100,6 +100,33 @@ def test_a_rank_that_raises_is_named_with_its_traceback():
     assert e.value.rank == 1 and "ValueError: a bad batch on this rank" in str(e.value)
 
 
+@pytest.mark.parametrize("hang", [{1}, {0, 1}], ids=["one rank", "every rank"])
+def test_a_rank_that_hangs_before_joining_the_group_is_killed_and_named(monkeypatch, hang):
+    """A forked rank can hang before it reaches the group (a lock another
+    thread held at the fork): with every rank hung, no collective ever times
+    out. The launcher bounds the join (timeout_s + GRACE_S), kills the ranks
+    and names the first that never joined. The hang is made where the rank
+    sets its threads, just before init_process_group (the forked ranks
+    inherit this process's torch.set_num_threads)."""
+    import os
+    import threading
+
+    from somatize.torch import _launch
+
+    real = torch.set_num_threads
+
+    def hangs_on_some_ranks(n):
+        if int(os.environ["RANK"]) in hang:
+            threading.Event().wait()  # forever: only the launcher's SIGKILL ends it
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", hangs_on_some_ranks)
+    monkeypatch.setattr(_launch, "GRACE_S", 1)
+    with pytest.raises(somatize.RankLost, match=r"never joined the process group.*timeout_s=2") as e:
+        launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=2)
+    assert e.value.lost == min(hang)
+
+
 def test_rank_0_returning_what_json_cannot_carry_is_refused_naming_the_fix():
     with pytest.raises(somatize.LaunchError, match=r"returned a Tensor.*t\.tolist\(\)"):
         launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=TIMEOUT_S)

@@ -40,6 +40,11 @@ import orjson
 from .._base.errors import LaunchError, RankLost, SomatizeTypeError, SomatizeValueError
 
 GRACE_S = 15  # after the group's timeout: how long the launcher waits for the ranks left before killing them
+# A rank's first bytes on its pipe: ARRIVING as it calls init_process_group, JOINED once in the group. A
+# forked child can hang before it gets there (a lock another thread of the parent held at the fork stays
+# held): with no rank joined, no collective times out, so the launcher itself bounds the join by
+# timeout_s + GRACE_S, and names a rank that never arrived (the others were waiting for it).
+ARRIVING, JOINED = b".", b"+"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,8 +52,9 @@ def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
     """Run ``fn(*args, **kwargs)`` on ``nprocs`` forked processes, ranks 0
     to nprocs-1 of one ``torch.distributed`` process group (``backend``:
     ``"gloo"`` or ``"nccl"``, by default NCCL when CUDA has a device for each
-    rank, else gloo), every collective bounded by ``timeout_s`` seconds.
-    Inside ``fn``, a ``Trainer`` trains data-parallel across the ranks and
+    rank, else gloo), every collective bounded by ``timeout_s`` seconds
+    and a rank's way into the group by ``timeout_s`` + 15 (a forked rank
+    that hangs before it, every rank even, is killed and named). Inside ``fn``, a ``Trainer`` trains data-parallel across the ranks and
     ``torch.distributed.get_rank()`` says which one it is. Returns what rank
     0 returns (JSON-like plain data). Raises ``RankLost`` naming a rank that
     died, ``LaunchError`` naming one that raised. Linux (fork, pidfd,
@@ -88,7 +94,7 @@ def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
             _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwargs)
         os.close(write)
         children[pid] = (rank, read)
-    return _outcome(_wait(children, timeout_s), nprocs)
+    return _outcome(_wait(children, timeout_s), nprocs, timeout_s)
 
 
 def _free_port():
@@ -115,8 +121,10 @@ def _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwarg
             torch.cuda.set_device(rank)
         else:  # the ranks share the cores, as torchrun's OMP_NUM_THREADS does
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // nprocs))
+        os.write(write, ARRIVING)
         dist.init_process_group(backend, rank=rank, world_size=nprocs,
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        os.write(write, JOINED)
         value = fn(*args, **kwargs)
         if rank == 0:
             try:
@@ -149,30 +157,38 @@ def _rank(rank, nprocs, backend, port, timeout_s, parent, write, fn, args, kwarg
 
 
 def _wait(children, timeout_s):
-    """Each rank's (rank, how it ended, its message), once all have ended or
-    been killed ``timeout_s + GRACE_S`` after the first ended badly."""
+    """Each rank's (rank, pid, how it ended, its message, its place in the
+    order the ranks ended, how it hung before joining the group), once
+    all have ended or been killed: ``timeout_s + GRACE_S`` after the first
+    ended badly, or after the launch while a rank has not joined."""
     sel = selectors.DefaultSelector()
     got, ended, order = {}, {}, []  # order: the ranks' pids as they ended
     for pid, (_, read) in children.items():
         sel.register(read, selectors.EVENT_READ, ("pipe", pid))
         sel.register(os.pidfd_open(pid), selectors.EVENT_READ, ("pid", pid))
         got[pid] = b""
-    deadline = None
+    join_by = time.monotonic() + timeout_s + GRACE_S  # None once every rank has joined
+    bad_by = None  # set when a rank ends badly
+    unjoined_killed = set()
     try:
         while len(ended) < len(children):
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            events = sel.select(wait)
+            deadline = min((d for d in (join_by, bad_by) if d is not None), default=None)
+            events = sel.select(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if not events and deadline is not None and time.monotonic() >= deadline:
                 for pid in children:
                     if pid not in ended:
+                        if not got[pid].startswith(ARRIVING + JOINED):
+                            unjoined_killed.add(pid)
                         os.kill(pid, signal.SIGKILL)
-                deadline = time.monotonic() + GRACE_S
+                join_by, bad_by = None, time.monotonic() + GRACE_S
                 continue
             for key, _ in events:
                 kind, pid = key.data
                 if kind == "pipe":
                     chunk = os.read(key.fd, 1 << 16)
                     got[pid] += chunk
+                    if join_by is not None and all(got[p].startswith(ARRIVING + JOINED) for p in children):
+                        join_by = None  # every rank in the group: the collectives' timeout bounds them now
                     if not chunk:
                         sel.unregister(key.fd)
                         os.close(key.fd)
@@ -182,8 +198,8 @@ def _wait(children, timeout_s):
                 _, status = os.waitpid(pid, 0)
                 ended[pid] = status
                 order.append(pid)
-                if status != 0 and deadline is None:
-                    deadline = time.monotonic() + timeout_s + GRACE_S
+                if status != 0 and bad_by is None:
+                    bad_by = time.monotonic() + timeout_s + GRACE_S
         for key in list(sel.get_map().values()):  # what the pipes still hold
             if key.data[0] == "pipe":
                 while chunk := os.read(key.fd, 1 << 16):
@@ -203,15 +219,30 @@ def _wait(children, timeout_s):
         sel.close()
     out = []
     for pid, (rank, _) in children.items():
+        said = got[pid].removeprefix(ARRIVING).removeprefix(JOINED)
         try:
-            message = orjson.loads(got[pid]) if got[pid] else None
+            message = orjson.loads(said) if said else None
         except orjson.JSONDecodeError:
             message = None
-        out.append((rank, pid, ended[pid], message, order.index(pid)))
+        # killed before joining: 2 when it never arrived at the group, 1 when it was waiting in it
+        hung = 0 if pid not in unjoined_killed else 1 if got[pid].startswith(ARRIVING) else 2
+        out.append((rank, pid, ended[pid], message, order.index(pid), hung))
     return sorted(out)
 
 
-def _outcome(ranks, nprocs):
+def _outcome(ranks, nprocs, timeout_s):
+    # A rank the launcher killed for never joining the group is the cause: the others waited for it
+    # (their init_process_group timed out, or they were killed too).
+    hung = sorted((-hung, rank, pid) for rank, pid, _, _, _, hung in ranks if hung)
+    if hung:
+        _, rank, pid = hung[0]
+        raise RankLost(
+            f"rank {rank} of {nprocs} (pid {pid}) never joined the process group: {timeout_s + GRACE_S} s "
+            f"after the launch (timeout_s={timeout_s}, and {GRACE_S} s more) it was still on its way, and was "
+            "killed with the ranks left. A forked rank hangs like this when another thread of this process "
+            "held a lock at the fork: launch(...) from a fresh kernel, or run a script with "
+            "python -m torch.distributed.run --nproc-per-node=N script.py", lost=rank)
+    ranks = [r[:5] for r in ranks]
     # the first rank to end without a word is the one lost (one the launcher killed later was left hanging)
     lost = [(rank, pid, status) for rank, pid, status, message, _ in sorted(ranks, key=lambda r: r[4])
             if os.WIFSIGNALED(status) or message is None or (status != 0 and "error" not in message)]
