@@ -54,7 +54,8 @@ def launch(fn, *args, nprocs=2, backend=None, timeout_s=60, **kwargs):
     ``"gloo"`` or ``"nccl"``, by default NCCL when CUDA has a device for each
     rank, else gloo), every collective bounded by ``timeout_s`` seconds
     and a rank's way into the group by ``timeout_s`` + 15 (a forked rank
-    that hangs before it, every rank even, is killed and named). Inside ``fn``, a ``Trainer`` trains data-parallel across the ranks and
+    that hangs before it, every rank even, is killed and named). Inside
+    ``fn``, a ``Trainer`` trains data-parallel across the ranks and
     ``torch.distributed.get_rank()`` says which one it is. Returns what rank
     0 returns (JSON-like plain data). Raises ``RankLost`` naming a rank that
     died, ``LaunchError`` naming one that raised. Linux (fork, pidfd,
