@@ -109,7 +109,8 @@ class Axis:
             self._categories(values)
 
     def _numbers(self, values, present):
-        lo, hi = float(min(present)), float(max(present))
+        self._least, self._most = min(present), max(present)  # as recorded (an int past 2**53 stays exact)
+        lo, hi = float(self._least), float(self._most)
         self.log = _chart.wants_log(present)
         self.whole = all(isinstance(v, int) for v in present)
         self.lo, self.hi = lo, hi
@@ -169,9 +170,13 @@ class Axis:
             return f"{column} in [{', '.join(_literal(c) for c in chosen)}]"
         if b < a:  # a brush below the foot: runs without a value, which no comparison holds for
             return f"{column} in []"
-        lo, hi = (self.lo, self.hi) if self.hi == self.lo else (self.value(a), self.value(b))
-        if self.whole:
-            lo, hi = math.ceil(lo - 1e-9), math.floor(hi + 1e-9)
+        # a brush at the foot or the top holds the very value there (10 ** log10(n) is not always n)
+        at_foot, at_top = self.hi == self.lo or a <= 0, self.hi == self.lo or b >= 1
+        lo = self.lo if at_foot else self.value(a)
+        hi = self.hi if at_top else self.value(b)
+        if self.whole:  # the ends as recorded; a bound within a float's error of a whole number is that number
+            lo = self._least if at_foot else math.ceil(lo - 1e-9 - 1e-12 * abs(lo))
+            hi = self._most if at_top else math.floor(hi + 1e-9 + 1e-12 * abs(hi))
         else:
             lo, hi = _outward(lo, True), _outward(hi, False)
         return f"{column} >= {_literal(lo)} and {column} <= {_literal(hi)}"
@@ -221,6 +226,19 @@ def _same(a, b) -> bool:
     def kind(v):
         return "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
     return kind(a) == kind(b) and a == b
+
+
+def _or_outside_parentheses(text: str) -> bool:
+    """Whether the query ``text`` holds an ``or`` outside every parenthesis."""
+    from somatize.record._where import _KEYWORDS, _tokens
+
+    depth = 0
+    for kind, value, _, _ in _tokens(text):
+        if kind == "op" and value in "()":
+            depth += 1 if value == "(" else -1
+        elif kind == "name" and depth == 0 and _KEYWORDS.get(value.lower()) == "or":
+            return True
+    return False
 
 
 class _Undrawable(Exception):
@@ -357,7 +375,9 @@ class Explorer:
         else:
             own = Query(text).text.strip()  # a bad query fails here, pointing at the character
             if self.base is not None:
-                for lead in (f"({self.base})", self.base):
+                # "A or B and C" is A or (B and C): a base with an 'or' of its own leads only in parentheses
+                leads = [f"({self.base})"] + ([] if _or_outside_parentheses(self.base) else [self.base])
+                for lead in leads:
                     if own == lead.strip():
                         own = None
                         break
