@@ -316,3 +316,19 @@ def test_a_where_that_reads_otherwise_with_the_base_in_parentheses_is_refused(st
     plain = compare(store, where='config.opt != "sgd"')
     plain.where = 'config.opt != "sgd" and config.seed <= 1'
     assert plain.where == '(config.opt != "sgd") and config.seed <= 1'
+
+
+def test_a_brush_over_an_axis_of_uint64_seeds_reads_and_selects(tmp_path):
+    """Seeds recorded as uint64 (up to 2**64 - 1, as a Recorder takes them):
+    a brush up to the top of their axis wrote a query that did not read."""
+    store = Store(tmp_path / "s")
+    for i, seed in enumerate([5, (1 << 63) + 7, (1 << 64) - 1]):
+        with Recorder(store, run=f"r{i}", config={"seed": seed}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 + i})
+    explorer = compare(store)
+    explorer.brush(explorer.axes.index("config.seed"), [0.0, 1.0])
+    assert explorer.where == f"config.seed >= 5 and config.seed <= {(1 << 64) - 1}"
+    assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r0", "r1", "r2"]
+    explorer.brush(explorer.axes.index("config.seed"), [0.5, 1.0])
+    assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r1", "r2"]
