@@ -332,3 +332,21 @@ def test_a_brush_over_an_axis_of_uint64_seeds_reads_and_selects(tmp_path):
     assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r0", "r1", "r2"]
     explorer.brush(explorer.axes.index("config.seed"), [0.5, 1.0])
     assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r1", "r2"]
+
+
+def test_a_config_key_no_query_can_name_is_no_axis(tmp_path):
+    """A key with a backtick or a tab, or a part of over 200 characters that
+    is not a bare name, cannot be written in a query: its axis's brush raised
+    QueryError, and left every later brush (on any axis) raising too."""
+    store = Store(tmp_path / "s")
+    long = "y" * 201 + " z"
+    for i in range(4):
+        with Recorder(store, run=f"r{i}", config={"a`b": i, "tab\there": i, long: i, "ok key": i, "lr": i}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 + i})
+    explorer = compare(store)
+    assert explorer.axes[0] == "loss.best" and set(explorer.axes[1:]) == {"config.ok key", "config.lr"}
+    for column in explorer.axes:
+        explorer.brush(explorer.axes.index(column), [0.0, 0.5])
+        assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"])
+    assert sorted(explorer.selected["run"]) == ["r0", "r1"]

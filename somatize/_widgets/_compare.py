@@ -48,6 +48,20 @@ def _column_text(column: str) -> str:
     return ".".join(p if _NAME.fullmatch(p) and p not in _WORDS else f"`{p}`" for p in column.split("."))
 
 
+def _nameable(column: str) -> bool:
+    """Whether ``_column_text(column)`` reads back as ``column`` (a name
+    with a backtick or a control character, or a part of over 200
+    characters that is not a bare name, cannot be written in a query)."""
+    from somatize._base.errors import QueryError
+    from somatize.record._where import comparisons
+
+    try:
+        said = comparisons(f"{_column_text(column)} == 0")
+    except QueryError:
+        return False
+    return said is not None and said[0][0] == column
+
+
 def _literal(v) -> str:
     """A value as the grammar reads it back as itself."""
     if v is True or v is False:
@@ -310,8 +324,8 @@ class Explorer:
         for column in dict.fromkeys(c for r in self.rows for c in r if c.startswith("config.")):
             got = [r.get(column, _ABSENT) for r in self.rows]
             given = {(v.__class__ is bool, v) for v in got if v is not _ABSENT and _writable(v)}
-            if any(v is not _ABSENT and not _writable(v) for v in got):
-                continue  # a list, a dict: no brush can say it
+            if any(v is not _ABSENT and not _writable(v) for v in got) or not _nameable(column):
+                continue  # a list, a dict, a key the grammar cannot name (a backtick, a tab): no brush can say it
             if len(given) >= 2 or (given and any(v is _ABSENT for v in got)):
                 keys.append(Axis(column, got))
         for axis in keys:
@@ -360,10 +374,16 @@ class Explorer:
     def brush(self, i, extent):
         """Axis ``i`` brushed over ``extent`` (``(foot, top)`` in places, 0 to
         1; None clears it): the query and the selection follow."""
-        self.brushes[i] = None if extent is None or len(extent) != 2 else [float(min(extent)), float(max(extent))]
-        terms = [a.term(b) for a, b in zip(self.axis_list, self.brushes) if b is not None]
+        from somatize.record._where import Query
+
+        brushes = list(self.brushes)
+        brushes[i] = None if extent is None or len(extent) != 2 else [float(min(extent)), float(max(extent))]
+        terms = [a.term(b) for a, b in zip(self.axis_list, brushes) if b is not None]
         base = [f"({self.base})"] if self.base is not None and terms else [self.base] if self.base else []
-        self._where_text = " and ".join(base + terms) or None
+        text = " and ".join(base + terms) or None
+        if text is not None:
+            Query(text)  # a query that does not read changes nothing: the brushes stay as they were
+        self.brushes, self._where_text = brushes, text
         self._select()
 
     def _set_where(self, text):
