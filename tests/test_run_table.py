@@ -216,3 +216,22 @@ def test_rows_not_yet_kept_count_in_the_bound_too(tmp_path, monkeypatch, trustin
     assert listed(store)["loss.last"].tolist() == [0.0, 1.0, 2.0, 3.0]
     assert len(trusting) == 4  # more runs than may be kept: each listing reads them all
     assert sum(len(t.rows) for t in _table._TABLES.values()) <= 3
+
+
+def test_the_tables_kept_are_those_of_the_stores_asked_last(tmp_path, trusting):
+    """A store asked again, unchanged, is the last asked: a store asked
+    after it does not push its table out (it was pushed out as the oldest
+    made, and its runs all read again at the next listing)."""
+    stores = {k: Store(tmp_path / k) for k in "abcde"}
+    for store in stores.values():
+        record(store, "r", [1.0])
+    time.sleep(TICK)
+    first = _table.table(stores["a"], QUERY_STATS)
+    for k in "bcd":
+        _table.table(stores[k], QUERY_STATS)
+    assert _table.table(stores["a"], QUERY_STATS) is first  # unchanged: the same table, the last asked now
+    _table.table(stores["e"], QUERY_STATS)  # a fifth store: the one asked longest ago (b) goes
+    del trusting[:]
+    assert _table.table(stores["a"], QUERY_STATS) is first and trusting == []
+    _table.table(stores["b"], QUERY_STATS)
+    assert trusting == ["r"]  # b's table was the one dropped: its run read again

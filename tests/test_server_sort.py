@@ -266,6 +266,7 @@ def test_there_are_many_hostile_keys_and_the_hook_sees():
     _WATCHING.append(True)
     try:
         eval("1")  # noqa: S307 - the hook must see it
+        sys.modules.pop("json.tool", None)  # imported before (another test in this process): no import seen
         __import__("json.tool")
     finally:
         _WATCHING.clear()

@@ -285,6 +285,7 @@ def test_the_audit_hook_sees_what_the_queries_must_not_do(tmp_path):
     try:
         eval("1")  # noqa: S307 - the hook must see it
         open(tmp_path / "x", "w").close()
+        sys.modules.pop("json.tool", None)  # imported before (another test in this process): no import seen
         __import__("json.tool")
     finally:
         _WATCHING.clear()

@@ -166,6 +166,8 @@ def table(store, stats) -> Table:
         with _LOCK:  # runs/ as listed now with its entries (a folder that is no run yet among them)
             before._listed, before._entries = listed, entries
             before._kept = now_kept  # rows read again as they were, now old enough to keep
+            if _TABLES.get(key) is before:  # the last asked now: the last a fifth store pushes out
+                _TABLES[key] = _TABLES.pop(key)
         return before  # no run changed, none came or went: its columns and frame still hold
     made = Table(rows, now_kept, entries, listed)
     with _LOCK:
