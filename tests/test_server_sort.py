@@ -244,6 +244,7 @@ def test_a_hostile_sort_key_is_refused_bounded_and_runs_nothing(mixed, key, tmp_
     browser = Browser(root)
     sid = sid_of(browser)
     browser.runs(sid)  # the rows read: what follows reads only what is kept, or fails before reading
+    _COUNTER.wait()  # the counts of findings that listing queued made now, not on their thread while watched
     monkeypatch.chdir(tmp_path)
     del _EVENTS[:]
     _WATCHING.append(True)
