@@ -324,10 +324,10 @@ class Explorer:
         for column in dict.fromkeys(c for r in self.rows for c in r if c.startswith("config.")):
             got = [r.get(column, _ABSENT) for r in self.rows]
             given = {(v.__class__ is bool, v) for v in got if v is not _ABSENT and _writable(v)}
-            if any(v is not _ABSENT and not _writable(v) for v in got) or not _nameable(column):
-                continue  # a list, a dict, a key the grammar cannot name (a backtick, a tab): no brush can say it
-            if len(given) >= 2 or (given and any(v is _ABSENT for v in got)):
-                keys.append(Axis(column, got))
+            if any(v is not _ABSENT and not _writable(v) for v in got):
+                continue  # a list, a dict: no brush can say it
+            if (len(given) >= 2 or (given and any(v is _ABSENT for v in got))) and _nameable(column):
+                keys.append(Axis(column, got))  # (a key no query can name, with a backtick or a tab, has none)
         for axis in keys:
             axis.importance = _importance(axis, head)
         keys.sort(key=lambda a: -a.importance)  # stable: equal ones in the order the configs gave them
