@@ -27,7 +27,7 @@ from jupyter_server.auth import Authorizer
 from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
-from somatize import Recorder, Store
+from somatize import Recorder, SomatizeError, Store
 from somatize._server._discover import store_id
 from somatize._server._findings import _COUNTER
 from somatize._server._handlers import ROUTES
@@ -900,7 +900,7 @@ def test_waiting_for_counts_held_back_by_a_listing_is_bounded_and_says_why(tmp_p
     (sid,) = [s["id"] for s in browser.stores()]
     with _COUNTER.listing():
         browser.runs(sid)  # queues the count of "held"; none starts while the listing is held
-        with pytest.raises(TimeoutError, match=r"s/held had not landed after 0.5 s \(1 listing"):
+        with pytest.raises(SomatizeError, match=r"s/held had not landed after 0.5 s \(1 listing"):
             _COUNTER.wait(timeout=0.5)
     _COUNTER.wait()
     assert "held" in _COUNTER.counted(str(tmp_path / "s"))

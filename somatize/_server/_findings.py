@@ -11,6 +11,7 @@ import queue
 import secrets
 import threading
 
+from .._base.errors import SomatizeError
 from ._public import public_text
 
 WAIT_S = 120.0  # seconds ``_Counter.wait`` waits at most for the counts queued to land
@@ -118,7 +119,7 @@ class _Counter:
 
     def wait(self, timeout: float = WAIT_S) -> None:
         """Until every queued count has landed (for tests and benches);
-        TimeoutError naming the runs still queued after ``timeout`` seconds
+        SomatizeError naming the runs still queued after ``timeout`` seconds
         (a diagnosis that hangs, or a wait inside a listing, which holds the
         counts back: never a wait without end)."""
         with self._idle:
@@ -127,7 +128,7 @@ class _Counter:
             left = sorted(f"{os.path.basename(f)}/{r}" for f, r, _ in self._queued)
             listing = self._listing
         shown = ", ".join(left[:5]) + (f", … ({len(left)} in all)" if len(left) > 5 else "")
-        raise TimeoutError(
+        raise SomatizeError(
             f"the counts of findings of {shown} had not landed after {timeout:g} s"
             + (f" ({listing} listing(s) being built hold them back: wait outside a listing)" if listing else
                " (a diagnosis still under way: see the somatize-findings thread's stack)"))
