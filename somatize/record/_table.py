@@ -66,6 +66,7 @@ class Table:
         self._listed = listed  # runs/'s identity and times when entries were listed (None: list again)
         self._columns = None
         self._frame = None
+        self._nested = None
 
     def columns(self):
         from ._where import Columns
@@ -81,6 +82,15 @@ class Table:
 
             self._frame = frame(self.rows)
         return self._frame
+
+    def nested(self) -> list[str]:
+        """The columns holding a list or a dict (``_queries.nested_columns``):
+        what a copy of the frame handed out must copy too."""
+        from ._queries import nested_columns
+
+        if self._nested is None:
+            self._nested = nested_columns(self.rows)
+        return self._nested
 
 
 def _steady(row, ident) -> bool:
