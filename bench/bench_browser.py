@@ -154,7 +154,7 @@ def main():
         # the listings above queued every run's count of findings: let them land
         # here, so they do not weigh on the HTTP figures below
         t = time.perf_counter()
-        _COUNTER.wait()
+        _COUNTER.wait(timeout=3600)  # 11,000 counts: minutes, bounded still
         print(f"(findings of 11,000 runs counted in the background, {time.perf_counter() - t:.1f} s after)")
 
         server = Server(root, tmp)

@@ -177,7 +177,7 @@ def main():
         assert [r["summarising"]["loss"]["best"] for r in sorted_page] == sorted(
             (r["summarising"]["loss"]["best"] for r in sorted_page), reverse=True)
         t = time.perf_counter()
-        _COUNTER.wait()  # the listings queued counts of findings: let them land before HTTP
+        _COUNTER.wait(timeout=3600)  # the listings queued counts of findings (10,000: minutes): let them land
         print(f"(findings of the first page counted in the background, {time.perf_counter() - t:.1f} s after)")
 
         server = Server(root, tmp)

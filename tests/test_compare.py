@@ -274,3 +274,79 @@ def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp
     assert all(len(t) <= LABEL_MOST and t.endswith("…") for t in texts)
     widths = {stack.layout.min_width for stack in view.stacks}
     assert len(widths) == 1 and int(widths.pop()[:-2]) >= LABEL_MOST * 0.58 * TICK_FONT / 0.6
+
+
+def test_a_brush_over_a_whole_log_axis_of_large_integers_keeps_its_ends(tmp_path):
+    """A brush from the foot to the top of an axis selects every run with a
+    value: on a log axis of whole numbers, 10 ** log10(n) is not n for a
+    large n, and the bound written must still hold n."""
+    store = Store(tmp_path / "s")
+    widths = [3, 40, 500, 7_000, 12_345_678, 99_999_999, 123_456_789_012]
+    for i, w in enumerate(widths):
+        with Recorder(store, run=f"r{i}", config={"width": w}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 / (i + 1)})
+    explorer = compare(store)
+    axis = explorer.axis_list[explorer.axes.index("config.width")]
+    assert axis.log and axis.whole
+    for extent in ([0.0, 1.0], [-0.2, 1.3]):
+        explorer.brush(explorer.axes.index("config.width"), extent)
+        assert explorer.where == "config.width >= 3 and config.width <= 123456789012"
+        assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == \
+            [f"r{i}" for i in range(len(widths))]
+    explorer.brush(explorer.axes.index("config.width"), [axis.place(40), axis.place(99_999_999)])
+    assert sorted(explorer.selected["run"]) == ["r1", "r2", "r3", "r4", "r5"]
+
+
+def test_a_where_that_reads_otherwise_with_the_base_in_parentheses_is_refused(store):
+    """compare(where=A or B): a where set as "A or B and C" means A or (B and
+    C), not (A or B) and C; it is refused (the brushes draw no 'or'), never
+    answered as the other query."""
+    base = 'config.opt == "adam" or config.opt == "sgd"'
+    explorer = compare(store, where=base)
+    text = f"{base} and config.seed <= 1"
+    with pytest.raises(SomatizeError, match="joined by 'and'"):
+        explorer.where = text
+    assert explorer.where is None or explorer.where == base
+    assert set(explorer.selected["run"]) == set(runs(store, where=base)["run"])
+    # the base in parentheses, or a base with no 'or', is still taken off the front
+    explorer.where = f"({base}) and config.seed <= 1"
+    assert explorer.where == f"({base}) and config.seed <= 1"
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    plain = compare(store, where='config.opt != "sgd"')
+    plain.where = 'config.opt != "sgd" and config.seed <= 1'
+    assert plain.where == '(config.opt != "sgd") and config.seed <= 1'
+
+
+def test_a_brush_over_an_axis_of_uint64_seeds_reads_and_selects(tmp_path):
+    """Seeds recorded as uint64 (up to 2**64 - 1, as a Recorder takes them):
+    a brush up to the top of their axis wrote a query that did not read."""
+    store = Store(tmp_path / "s")
+    for i, seed in enumerate([5, (1 << 63) + 7, (1 << 64) - 1]):
+        with Recorder(store, run=f"r{i}", config={"seed": seed}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 + i})
+    explorer = compare(store)
+    explorer.brush(explorer.axes.index("config.seed"), [0.0, 1.0])
+    assert explorer.where == f"config.seed >= 5 and config.seed <= {(1 << 64) - 1}"
+    assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r0", "r1", "r2"]
+    explorer.brush(explorer.axes.index("config.seed"), [0.5, 1.0])
+    assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"]) == ["r1", "r2"]
+
+
+def test_a_config_key_no_query_can_name_is_no_axis(tmp_path):
+    """A key with a backtick or a tab, or a part of over 200 characters that
+    is not a bare name, cannot be written in a query: its axis's brush raised
+    QueryError, and left every later brush (on any axis) raising too."""
+    store = Store(tmp_path / "s")
+    long = "y" * 201 + " z"
+    for i in range(4):
+        with Recorder(store, run=f"r{i}", config={"a`b": i, "tab\there": i, long: i, "ok key": i, "lr": i}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 + i})
+    explorer = compare(store)
+    assert explorer.axes[0] == "loss.best" and set(explorer.axes[1:]) == {"config.ok key", "config.lr"}
+    for column in explorer.axes:
+        explorer.brush(explorer.axes.index(column), [0.0, 0.5])
+        assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"])
+    assert sorted(explorer.selected["run"]) == ["r0", "r1"]

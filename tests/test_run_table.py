@@ -216,3 +216,42 @@ def test_rows_not_yet_kept_count_in_the_bound_too(tmp_path, monkeypatch, trustin
     assert listed(store)["loss.last"].tolist() == [0.0, 1.0, 2.0, 3.0]
     assert len(trusting) == 4  # more runs than may be kept: each listing reads them all
     assert sum(len(t.rows) for t in _table._TABLES.values()) <= 3
+
+
+def test_the_tables_kept_are_those_of_the_stores_asked_last(tmp_path, trusting):
+    """A store asked again, unchanged, is the last asked: a store asked
+    after it does not push its table out (it was pushed out as the oldest
+    made, and its runs all read again at the next listing)."""
+    stores = {k: Store(tmp_path / k) for k in "abcde"}
+    for store in stores.values():
+        record(store, "r", [1.0])
+    time.sleep(TICK)
+    first = _table.table(stores["a"], QUERY_STATS)
+    for k in "bcd":
+        _table.table(stores[k], QUERY_STATS)
+    assert _table.table(stores["a"], QUERY_STATS) is first  # unchanged: the same table, the last asked now
+    _table.table(stores["e"], QUERY_STATS)  # a fifth store: the one asked longest ago (b) goes
+    del trusting[:]
+    assert _table.table(stores["a"], QUERY_STATS) is first and trusting == []
+    _table.table(stores["b"], QUERY_STATS)
+    assert trusting == ["r"]  # b's table was the one dropped: its run read again
+
+
+def test_a_list_changed_in_an_answer_changes_no_later_answer(tmp_path, trusting):
+    """The rows are kept and shared between listings: a config's list (or
+    dict) changed in place in one answer was in every later one, runs(),
+    runs(where=) and the explorer's selection alike, until the run changed."""
+    from somatize.record import compare
+
+    store = Store(tmp_path / "s")
+    record(store, "a", [1.0], {"tags": [1, 2], "optim": {"betas": [0.9, 0.99]}, "lr": 0.1})
+    record(store, "b", [0.5], {"tags": ["x"], "lr": 0.2})
+    listed(store)  # the table made, its rows kept
+    for answer in (lambda: runs(store), lambda: runs(store, where="config.lr < 1"),
+                   lambda: compare(store).selected):
+        got = answer().set_index("run")
+        got.loc["a", "config.tags"].append(99)
+        got.loc["a", "config.optim.betas"][0] = 0.0
+        again = runs(store).set_index("run")
+        assert again.loc["a", "config.tags"] == [1, 2] and again.loc["a", "config.optim.betas"] == [0.9, 0.99]
+        assert answer().set_index("run").loc["a", "config.tags"] == [1, 2]

@@ -27,7 +27,7 @@ from jupyter_server.auth import Authorizer
 from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
-from somatize import Recorder, Store
+from somatize import Recorder, SomatizeError, Store
 from somatize._server._discover import store_id
 from somatize._server._findings import _COUNTER
 from somatize._server._handlers import ROUTES
@@ -888,3 +888,61 @@ async def test_a_ranks_fact_that_counts_absurdly_many_ranks_reads_only_the_ranks
     got = await get(jp_fetch, "stores", sid, "runs", "odd", "nodes")
     assert [(x["rank"], x["mean_us"], x["steps"]) for x in got["ranks"]] == [(0, 100.0, 2), (2, 150.0, 2)]
     assert got["straggler"]["rank"] == 2 and got["straggler"]["fastest"] == 0
+
+
+def test_waiting_for_counts_held_back_by_a_listing_is_bounded_and_says_why(tmp_path):
+    """A wait for the counts of findings made inside a listing (which holds
+    every count back) waited forever; it now ends, naming the run and why."""
+    from somatize._server._browse import Browser
+
+    record(Store(tmp_path / "s"), "held", [1.0, 0.5])
+    browser = Browser(tmp_path)
+    (sid,) = [s["id"] for s in browser.stores()]
+    with _COUNTER.listing():
+        browser.runs(sid)  # queues the count of "held"; none starts while the listing is held
+        with pytest.raises(SomatizeError, match=r"s/held had not landed after 0.5 s \(1 listing"):
+            _COUNTER.wait(timeout=0.5)
+    _COUNTER.wait()
+    assert "held" in _COUNTER.counted(str(tmp_path / "s"))
+
+
+def _ended(pid, within=120.0):
+    """The exit status of a forked child; one not ended ``within`` seconds
+    hangs (killed, and the test fails instead of hanging)."""
+    import time
+
+    give_up = time.monotonic() + within
+    while time.monotonic() < give_up:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child {pid} still ran after {within} s: it hung")
+
+
+def test_a_forked_child_counts_findings_and_its_wait_ends(tmp_path):
+    """A child forked from a server process whose counting thread had started
+    (a kernel's or a user's fork) kept the parent's thread as if it ran: the
+    counts it queued were never made and a wait for them never ended."""
+    from somatize._server._browse import Browser
+
+    store = Store(tmp_path / "s")
+    record(store, "before", [1.0])
+    browser = Browser(tmp_path)
+    (sid,) = [s["id"] for s in browser.stores()]
+    browser.runs(sid)
+    _COUNTER.wait()  # the parent's thread has run
+    record(store, "after", [1.0, 2.0])
+    pid = os.fork()
+    if pid == 0:  # the child: list, so the new run's count is queued, and wait for it
+        code = 1
+        try:
+            browser.runs(sid)
+            _COUNTER.wait()  # bounded (WAIT_S) now; the parent kills a child that hangs
+            counted = {r["run"]: r["findings"] for r in browser.runs(sid)["runs"]}
+            code = 0 if counted["after"] is not None else 2
+        finally:
+            os._exit(code)
+    assert _ended(pid, within=60) == 0

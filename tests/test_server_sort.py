@@ -244,6 +244,7 @@ def test_a_hostile_sort_key_is_refused_bounded_and_runs_nothing(mixed, key, tmp_
     browser = Browser(root)
     sid = sid_of(browser)
     browser.runs(sid)  # the rows read: what follows reads only what is kept, or fails before reading
+    _COUNTER.wait()  # the counts of findings that listing queued made now, not on their thread while watched
     monkeypatch.chdir(tmp_path)
     del _EVENTS[:]
     _WATCHING.append(True)
@@ -266,6 +267,7 @@ def test_there_are_many_hostile_keys_and_the_hook_sees():
     _WATCHING.append(True)
     try:
         eval("1")  # noqa: S307 - the hook must see it
+        sys.modules.pop("json.tool", None)  # imported before (another test in this process): no import seen
         __import__("json.tool")
     finally:
         _WATCHING.clear()

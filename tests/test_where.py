@@ -285,6 +285,7 @@ def test_the_audit_hook_sees_what_the_queries_must_not_do(tmp_path):
     try:
         eval("1")  # noqa: S307 - the hook must see it
         open(tmp_path / "x", "w").close()
+        sys.modules.pop("json.tool", None)  # imported before (another test in this process): no import seen
         __import__("json.tool")
     finally:
         _WATCHING.clear()
@@ -431,3 +432,23 @@ def test_the_oracle_answers_the_same_asked_of_whole_columns(store):
     columns = Columns(rows)
     for query, want in ORACLE:
         assert {r["run"] for r in matching(rows, query, columns=columns)} == set(want), query
+
+
+def test_every_integer_a_recorder_records_can_be_asked_for(tmp_path):
+    """A Recorder records an integer of 64 bits, up to 2**64 - 1 (a uint64
+    seed); a query could name none at or above 2**63 ("expected an integer
+    that fits 64 bits"), so no query found such a run, and the explorer's
+    brush over such an axis wrote a query that did not read."""
+    store = Store(tmp_path / "s")
+    seeds = {"low": -(1 << 63), "mid": 1 << 63, "top": (1 << 64) - 1}
+    for run, seed in seeds.items():
+        with Recorder(store, run=run, config={"seed": seed}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0})
+    assert runs(store).set_index("run")["config.seed"].to_dict() == seeds  # recorded as they are
+    for run, seed in seeds.items():
+        assert list(runs(store, where=f"config.seed == {seed}")["run"]) == [run]
+    assert list(runs(store, where=f"config.seed >= {1 << 63}")["run"]) == ["mid", "top"]
+    for outside in (1 << 64, -(1 << 63) - 1):
+        with pytest.raises(QueryError, match="fits 64 bits"):
+            Query(f"config.seed == {outside}")

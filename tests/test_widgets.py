@@ -313,7 +313,8 @@ def test_facts_from_another_thread_still_end_in_the_final_state(recorded):
     live = displayed_live(recorded)
     worker = threading.Thread(target=feed, args=(live, [float(v) for v in range(50_000, 0, -1)]))
     worker.start()
-    worker.join()
+    worker.join(120)  # a guard against a hang (the panel's lock), not a measurement
+    assert not worker.is_alive(), "the thread feeding the panel still ran after 120 s: it hung"
     JoinableTimer.join_all()
     assert status_updates(recorded.sent)[-1][1] == live.snapshot() and live.snapshot()["steps"] == 50_000
 

@@ -11,7 +11,10 @@ import queue
 import secrets
 import threading
 
+from .._base.errors import SomatizeError
 from ._public import public_text
+
+WAIT_S = 120.0  # seconds ``_Counter.wait`` waits at most for the counts queued to land
 
 
 class _Counter:
@@ -114,10 +117,33 @@ class _Counter:
                 self._listing -= 1
                 self._idle.notify_all()
 
-    def wait(self) -> None:
-        """Until every queued count has landed (for tests and benches)."""
+    def wait(self, timeout: float = WAIT_S) -> None:
+        """Until every queued count has landed (for tests and benches);
+        SomatizeError naming the runs still queued after ``timeout`` seconds
+        (a diagnosis that hangs, or a wait inside a listing, which holds the
+        counts back: never a wait without end)."""
         with self._idle:
-            self._idle.wait_for(lambda: not self._queued)
+            if self._idle.wait_for(lambda: not self._queued, timeout):
+                return
+            left = sorted(f"{os.path.basename(f)}/{r}" for f, r, _ in self._queued)
+            listing = self._listing
+        shown = ", ".join(left[:5]) + (f", … ({len(left)} in all)" if len(left) > 5 else "")
+        raise SomatizeError(
+            f"the counts of findings of {shown} had not landed after {timeout:g} s"
+            + (f" ({listing} listing(s) being built hold them back: wait outside a listing)" if listing else
+               " (a diagnosis still under way: see the somatize-findings thread's stack)"))
+
+    def _after_fork(self):
+        """In a forked child: the thread is not there, and a lock it held
+        at the fork would be held by nobody. Everything the thread and the
+        listings shared is made anew; the counts made stay, the ones queued
+        are dropped (asked again, they are queued again and a thread started)."""
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._queue = queue.SimpleQueue()
+        self._queued = set()
+        self._thread = None
+        self._listing = 0
 
     def _work(self):
         from .._diagnose import diagnose
@@ -142,6 +168,7 @@ class _Counter:
 
 
 _COUNTER = _Counter()
+os.register_at_fork(after_in_child=_COUNTER._after_fork)
 
 
 def counted_rows(root: str, rows: list[dict], keys: dict) -> list[dict]:

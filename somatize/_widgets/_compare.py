@@ -48,6 +48,20 @@ def _column_text(column: str) -> str:
     return ".".join(p if _NAME.fullmatch(p) and p not in _WORDS else f"`{p}`" for p in column.split("."))
 
 
+def _nameable(column: str) -> bool:
+    """Whether ``_column_text(column)`` reads back as ``column`` (a name
+    with a backtick or a control character, or a part of over 200
+    characters that is not a bare name, cannot be written in a query)."""
+    from somatize._base.errors import QueryError
+    from somatize.record._where import comparisons
+
+    try:
+        said = comparisons(f"{_column_text(column)} == 0")
+    except QueryError:
+        return False
+    return said is not None and said[0][0] == column
+
+
 def _literal(v) -> str:
     """A value as the grammar reads it back as itself."""
     if v is True or v is False:
@@ -109,7 +123,8 @@ class Axis:
             self._categories(values)
 
     def _numbers(self, values, present):
-        lo, hi = float(min(present)), float(max(present))
+        self._least, self._most = min(present), max(present)  # as recorded (an int past 2**53 stays exact)
+        lo, hi = float(self._least), float(self._most)
         self.log = _chart.wants_log(present)
         self.whole = all(isinstance(v, int) for v in present)
         self.lo, self.hi = lo, hi
@@ -169,9 +184,13 @@ class Axis:
             return f"{column} in [{', '.join(_literal(c) for c in chosen)}]"
         if b < a:  # a brush below the foot: runs without a value, which no comparison holds for
             return f"{column} in []"
-        lo, hi = (self.lo, self.hi) if self.hi == self.lo else (self.value(a), self.value(b))
-        if self.whole:
-            lo, hi = math.ceil(lo - 1e-9), math.floor(hi + 1e-9)
+        # a brush at the foot or the top holds the very value there (10 ** log10(n) is not always n)
+        at_foot, at_top = self.hi == self.lo or a <= 0, self.hi == self.lo or b >= 1
+        lo = self.lo if at_foot else self.value(a)
+        hi = self.hi if at_top else self.value(b)
+        if self.whole:  # the ends as recorded; a bound within a float's error of a whole number is that number
+            lo = self._least if at_foot else math.ceil(lo - 1e-9 - 1e-12 * abs(lo))
+            hi = self._most if at_top else math.floor(hi + 1e-9 + 1e-12 * abs(hi))
         else:
             lo, hi = _outward(lo, True), _outward(hi, False)
         return f"{column} >= {_literal(lo)} and {column} <= {_literal(hi)}"
@@ -221,6 +240,19 @@ def _same(a, b) -> bool:
     def kind(v):
         return "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
     return kind(a) == kind(b) and a == b
+
+
+def _or_outside_parentheses(text: str) -> bool:
+    """Whether the query ``text`` holds an ``or`` outside every parenthesis."""
+    from somatize.record._where import _KEYWORDS, _tokens
+
+    depth = 0
+    for kind, value, _, _ in _tokens(text):
+        if kind == "op" and value in "()":
+            depth += 1 if value == "(" else -1
+        elif kind == "name" and depth == 0 and _KEYWORDS.get(value.lower()) == "or":
+            return True
+    return False
 
 
 class _Undrawable(Exception):
@@ -294,8 +326,8 @@ class Explorer:
             given = {(v.__class__ is bool, v) for v in got if v is not _ABSENT and _writable(v)}
             if any(v is not _ABSENT and not _writable(v) for v in got):
                 continue  # a list, a dict: no brush can say it
-            if len(given) >= 2 or (given and any(v is _ABSENT for v in got)):
-                keys.append(Axis(column, got))
+            if (len(given) >= 2 or (given and any(v is _ABSENT for v in got))) and _nameable(column):
+                keys.append(Axis(column, got))  # (a key no query can name, with a backtick or a tab, has none)
         for axis in keys:
             axis.importance = _importance(axis, head)
         keys.sort(key=lambda a: -a.importance)  # stable: equal ones in the order the configs gave them
@@ -342,10 +374,16 @@ class Explorer:
     def brush(self, i, extent):
         """Axis ``i`` brushed over ``extent`` (``(foot, top)`` in places, 0 to
         1; None clears it): the query and the selection follow."""
-        self.brushes[i] = None if extent is None or len(extent) != 2 else [float(min(extent)), float(max(extent))]
-        terms = [a.term(b) for a, b in zip(self.axis_list, self.brushes) if b is not None]
+        from somatize.record._where import Query
+
+        brushes = list(self.brushes)
+        brushes[i] = None if extent is None or len(extent) != 2 else [float(min(extent)), float(max(extent))]
+        terms = [a.term(b) for a, b in zip(self.axis_list, brushes) if b is not None]
         base = [f"({self.base})"] if self.base is not None and terms else [self.base] if self.base else []
-        self._where_text = " and ".join(base + terms) or None
+        text = " and ".join(base + terms) or None
+        if text is not None:
+            Query(text)  # a query that does not read changes nothing: the brushes stay as they were
+        self.brushes, self._where_text = brushes, text
         self._select()
 
     def _set_where(self, text):
@@ -357,7 +395,9 @@ class Explorer:
         else:
             own = Query(text).text.strip()  # a bad query fails here, pointing at the character
             if self.base is not None:
-                for lead in (f"({self.base})", self.base):
+                # "A or B and C" is A or (B and C): a base with an 'or' of its own leads only in parentheses
+                leads = [f"({self.base})"] + ([] if _or_outside_parentheses(self.base) else [self.base])
+                for lead in leads:
                     if own == lead.strip():
                         own = None
                         break

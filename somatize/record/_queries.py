@@ -407,15 +407,42 @@ def runs(store, where=None):
 
     query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
     table = _table.table(store, _columns.QUERY_STATS)  # what frame() shows of a row is the same either way
-    if query is None:
-        return table.frame().copy()
-    return frame(_where.matching(table.rows, query, columns=table.columns()))
+    if query is None:  # the table's frame is kept: a copy, its lists and dicts too
+        return unshared(table.frame().copy(), table.nested())
+    return frame(_where.matching(table.rows, query, columns=table.columns()), nested=table.nested())
 
 
-def frame(rows):
+def nested_columns(rows) -> list[str]:
+    """The columns of ``rows`` holding a list or a dict somewhere (a
+    config's value: the only columns that may)."""
+    found: dict = {}
+    for row in rows:
+        for column, value in row.items():
+            if value.__class__ in (list, dict) and column.startswith("config."):
+                found[column] = None
+    return list(found)
+
+
+def unshared(table, columns):
+    """``table`` with the lists and dicts of ``columns`` copied: the rows are
+    kept and shared between listings (``_table``, ``_runs``), and a value
+    changed in place in one answer must change no other."""
+    import copy
+
+    import pandas as pd
+
+    for column in columns:
+        values = [copy.deepcopy(v) if v.__class__ in (list, dict) else v for v in table[column].tolist()]
+        table[column] = pd.Series(values, index=table.index, dtype=object)
+    return table
+
+
+def frame(rows, nested=None):
     """The table ``runs()`` makes of runs' rows (``_columns.row``): its
     columns, in its order, from the rows it is given (the explorer's
-    selection is this of the rows a query holds for, as ``runs(where=)``)."""
+    selection is this of the rows a query holds for, as ``runs(where=)``);
+    ``nested``: the columns that may hold a list or a dict, when the caller
+    knows them (``_table.Table.nested``), else they are looked for."""
     import pandas as pd
 
     from . import _columns
@@ -435,4 +462,5 @@ def frame(rows):
     table = pd.DataFrame(rows, columns=columns)
     for when in ("started", "updated"):
         table[when] = pd.to_datetime(table[when], unit="s", errors="coerce")  # a forged time reads NaT
-    return table
+    # the rows' lists and dicts are kept and shared: not handed out
+    return unshared(table, [c for c in (nested_columns(rows) if nested is None else nested) if c in configs])

@@ -66,6 +66,7 @@ class Table:
         self._listed = listed  # runs/'s identity and times when entries were listed (None: list again)
         self._columns = None
         self._frame = None
+        self._nested = None
 
     def columns(self):
         from ._where import Columns
@@ -81,6 +82,15 @@ class Table:
 
             self._frame = frame(self.rows)
         return self._frame
+
+    def nested(self) -> list[str]:
+        """The columns holding a list or a dict (``_queries.nested_columns``):
+        what a copy of the frame handed out must copy too."""
+        from ._queries import nested_columns
+
+        if self._nested is None:
+            self._nested = nested_columns(self.rows)
+        return self._nested
 
 
 def _steady(row, ident) -> bool:
@@ -166,6 +176,8 @@ def table(store, stats) -> Table:
         with _LOCK:  # runs/ as listed now with its entries (a folder that is no run yet among them)
             before._listed, before._entries = listed, entries
             before._kept = now_kept  # rows read again as they were, now old enough to keep
+            if _TABLES.get(key) is before:  # the last asked now: the last a fifth store pushes out
+                _TABLES[key] = _TABLES.pop(key)
         return before  # no run changed, none came or went: its columns and frame still hold
     made = Table(rows, now_kept, entries, listed)
     with _LOCK:

@@ -40,7 +40,8 @@ finite (JSON keeps no NaN or infinity).
 
 Bounds: a query is at most ``MAX_LENGTH`` characters, nests ``not`` and
 parentheses at most ``MAX_DEPTH`` deep, lists at most ``MAX_LIST`` values;
-a number is at most 40 characters, finite, and an integer fits 64 bits. A
+a number is at most 40 characters, finite, and an integer fits 64 bits
+(-2**63 to 2**64 - 1, what a Recorder records). A
 query that does not read raises ``QueryError`` naming the character where
 reading stopped and what could have stood there, with a caret under it.
 """
@@ -275,8 +276,9 @@ class _Parser:
             _fail(self.query, at, f"a number of at most {MAX_NUMBER} characters", f"one of {len(text)}")
         if re.fullmatch(r"-?\d+", text):
             value = int(text)
-            if not -(1 << 63) <= value < 1 << 63:
-                _fail(self.query, at, "an integer that fits 64 bits", text[:40], "write it as a float, like 1e20")
+            if not -(1 << 63) <= value < 1 << 64:  # as a Recorder records one (record/_summary): a uint64 too
+                _fail(self.query, at, "an integer that fits 64 bits (-2**63 to 2**64 - 1)", text[:40],
+                      "write it as a float, like 1e20")
             return value
         value = float(text)
         if value - value != 0:
