@@ -310,6 +310,38 @@ def test_a_non_finite_loss_is_refused_on_the_read_naming_its_step():
     assert t.updates == 4  # the cost of not waiting: the steps after it ran
 
 
+def test_the_losses_held_are_read_by_time_too_with_the_trainers_clock_driven_here(monkeypatch):
+    """read_every=32, yet a step that begins READ_AT_MOST_NS after the last
+    read ends in a read: a slow run's watchers are not left 31 steps behind.
+    The clock is the test's (the suite turns the read by time off: conftest)."""
+    from somatize.torch import _trainer
+
+    now = [10**12]
+    monkeypatch.setattr(_trainer, "perf_counter_ns", lambda: now[0])
+    monkeypatch.setattr(_reading, "READ_AT_MOST_NS", 250_000_000)
+    seen = []
+    g = built()
+    t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=0.01), watching=seen.append, read_every=32,
+                instruments=False)
+    data = batches(5, n=8)
+
+    def losses():
+        return sum(f["fact"] == "loss" for f in seen)
+
+    t.step(data[0])
+    now[0] += 249_999_999
+    t.step(data[1])
+    assert losses() == 0  # not due yet
+    now[0] += 1
+    t.step(data[2])  # began 0.25 s after the Trainer's last read (its making)
+    assert losses() == 3
+    t.step(data[3])
+    assert losses() == 3  # the clock starts again at that read
+    now[0] += 250_000_000
+    t.step(data[4])
+    assert losses() == 5
+
+
 def test_read_every_1_reads_each_loss_as_its_step_ends():
     g = built()
     opt = torch.optim.SGD(parameters(g), lr=0.01)
