@@ -243,6 +243,13 @@ async def test_a_listing_pages_beyond_its_limit_and_filters_by_name(jp_fetch, la
     assert [r["run"] for r in (await get(jp_fetch, "stores", sid, "runs", match="ET"))["runs"]] == ["beta"]
 
 
+async def test_a_listing_of_no_rows_is_refused_as_a_client_following_next_would_never_end(jp_fetch, layout):
+    sid = await the_store(jp_fetch)
+    with pytest.raises(HTTPClientError) as e:  # limit=0 answered next == offset: the same page for ever
+        await get(jp_fetch, "stores", sid, "runs", limit="0")
+    assert e.value.code == 400 and orjson.loads(e.value.response.body)["message"] == "limit must be between 1 and 1000"
+
+
 async def test_a_listing_answers_304_to_its_etag_until_something_changes(jp_fetch, layout):
     from somatize._server._findings import _COUNTER
 

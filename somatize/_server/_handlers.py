@@ -100,7 +100,7 @@ class RunsHandler(_Handler):
     async def get(self, sid):
         unless = frozenset(_TAGS.findall(self.request.headers.get("If-None-Match", "")[:4096]))
         await self._answer(lambda: self.browser.runs_tagged(
-            sid, self._int("offset", 0), self._int("limit", PAGE, 0, PAGE), self.get_query_argument("match", "")[:200],
+            sid, self._int("offset", 0), self._int("limit", PAGE, 1, PAGE), self.get_query_argument("match", "")[:200],
             unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1],
             sort=self.get_query_argument("sort", "run")[:MAX_COLUMN + 1],
             descending=order_of(self.get_query_argument("order", "asc")[:40])), tagged=True)
