@@ -404,12 +404,13 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     renames = []
     calls = [0]
 
-    def traced_open(path, flags, *a, **k):
-        new = bool(flags & os.O_CREAT) and not os.path.lexists(path)
-        fd = real_open(path, flags, *a, **k)
+    def traced_open(path, flags, *a, dir_fd=None, **k):
+        full = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path) if dir_fd is not None else path
+        new = bool(flags & os.O_CREAT) and not os.path.lexists(full)
+        fd = real_open(path, flags, *a, dir_fd=dir_fd, **k)
         if new:
             calls[0] += 1
-            made[os.path.realpath(path)] = calls[0]
+            made[os.path.realpath(full)] = calls[0]
         return fd
 
     def traced_mkdir(path, *a, dir_fd=None, **k):

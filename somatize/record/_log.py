@@ -260,8 +260,12 @@ def _fix(path) -> str:
 
 
 def series_file(folder: Path, name: str) -> Path:
+    return folder / series_file_name(name)
+
+
+def series_file_name(name: str) -> str:
     # Names are free text (a fact name, a node name); the file name must not be.
-    return folder / (quote(name, safe="") + ".bin")
+    return quote(name, safe="") + ".bin"
 
 
 def fits_a_file(name: str) -> bool:
