@@ -127,8 +127,14 @@ def encode_blocks(groups) -> tuple[bytes, list[tuple[int, int, int, int]]]:
     chunk: list = []
     size = 0
     for forward, facts in groups:
+        n = len(facts)
+        if size + n < BLOCK_FACTS:  # the whole group, and the block not full yet: no copy
+            if n:
+                chunk.append([forward, facts])
+                size += n
+            continue
         start = 0
-        while start < len(facts):
+        while start < n:
             take = facts[start : start + BLOCK_FACTS - size]
             chunk.append([forward, take])
             size += len(take)
