@@ -428,6 +428,7 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     def traced_replace(src, dst, *a, **k):
         if str(dst).endswith("summary.json"):
             summary = orjson.loads(Path(src).read_bytes())
+            assert synced.get(os.path.realpath(src), -1) == len(Path(src).read_bytes()), "summary renamed unsynced"
             folder = os.path.realpath(os.path.dirname(dst))
             counted = {LOG: summary["log_bytes"], INDEX: summary["index"][0]}
             counted.update({str(_log.series_file(Path(SERIES), n)): s for n, (s, _) in summary["series"].items()})

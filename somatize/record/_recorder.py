@@ -298,8 +298,7 @@ class Recorder:
             if self._error is None and not self._flush(mark):
                 with self._flush_lock:
                     mark()
-                    self._synced([])  # a run that never committed: its folders, made by Recorder()
-                    self._write_summary()
+                    self._write_summary([])  # a run that never committed: its folders, made by Recorder(), synced
         except BaseException as e:
             self._fail(e)
         finally:
@@ -434,12 +433,13 @@ class Recorder:
     def _commit(self, batch, state=None, together=True):
         """Log first, then series, index, summary: each file only ever holds
         what the ones written before it hold (a kill -9 keeps every write()
-        made). Then the log, the series, the index and every folder that
-        gained a file are fsynced together, in one round (``sync_all``), and
-        only then is the summary that counts them written: it is the commit,
-        so nothing needs syncing before another but all before it (a test
-        traces the calls). One round instead of five one after the other
-        (log, series, index, each folder).
+        made). Then the log, the series, the index, every folder that
+        gained a file and the summary's temp file are fsynced together, in
+        one round (``sync_all``), and only then is the summary that counts
+        them renamed in: it is the commit, so nothing needs syncing before
+        another but all before it (a test traces the calls). One round
+        instead of six one after the other (log, series, index, each folder,
+        the summary).
         ``state``: the run's state, written with this commit's summary (a
         close writes it once). ``together``: see ``sync_all``."""
         summary = self._summary
@@ -469,7 +469,6 @@ class Recorder:
             fd = self._open_file("", INDEX, self._fds, INDEX)
         write_all(fd, [index])
         written.append(fd)
-        self._synced(written, together)
         self._hashers[INDEX].update(index)
         summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
         self._log_bytes = base + len(batch.data)
@@ -478,7 +477,7 @@ class Recorder:
         summary["forwards"] = max(summary["forwards"], batch.last + 1)
         if state is not None:
             state()
-        self._write_summary()
+        self._write_summary(written, together)
 
     def _synced(self, fds, together=True):
         """fsync ``fds`` and every folder that gained a file since the last
@@ -497,7 +496,11 @@ class Recorder:
                 os.close(fd)
         self._new_in = set()
 
-    def _write_summary(self):
+    def _write_summary(self, written=None, together=True):
+        """Write the summary to a temp file, fsync it and rename it in.
+        ``written``: the files this summary counts, fsynced with it and the
+        folders that gained a file, in one round (``_synced``), all before
+        the rename; None: the temp file alone (nothing new to count)."""
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
@@ -507,7 +510,12 @@ class Recorder:
         except OSError as e:
             raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
         try:
-            append_durably(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
+            data = orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY)
+            if written is None:
+                append_durably(fd, data)
+            else:
+                write_all(fd, [data])
+                self._synced([*written, fd], together)
         finally:
             os.close(fd)
         os.replace(tmp, self.folder / SUMMARY)
