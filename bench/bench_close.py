@@ -16,6 +16,12 @@ run shorter than the flusher's period. A ratio is the median over rounds of
 
 ``--against REV``: the other Recorder is ``somatize`` at REV (``git
 archive`` into a temp folder, imported under another name).
+
+``--whole``: instead, whole 300-step runs as bench_user_loop.py times them
+(the Recorder made, the Trainer's steps, ``close()``; the flusher at its
+usual period), this tree's Recorder and REV's under this tree's Trainer,
+with the hand-written loop (raw+item) and the Trainer alone beside them,
+interleaved, the order rotating; ratios are medians of per-round ratios.
 """
 
 import argparse
@@ -81,13 +87,74 @@ def timed(recorder_class, root, taken):
     return t1 - t0, c1 - c0, clock() - t2, cpu() - c2
 
 
+def recorded(recorder_class):
+    """bench_user_loop's trainer+recorder, with ``recorder_class``."""
+    import torch
+    from bench_trainer import MSE, graph
+
+    from somatize.torch import Trainer, parameters
+
+    def run(batches, store):
+        g = graph()
+        c0, t0 = time.process_time(), time.perf_counter()
+        rec = recorder_class(store, summarising=["loss"])
+        tr = Trainer(g, objective=MSE, optimizer=torch.optim.Adam(parameters(g), lr=1e-2), watching=rec)
+        for b in batches:
+            tr.step(b)
+        t2 = time.perf_counter()
+        rec.close()
+        t3 = time.perf_counter()
+        return t3 - t0, t3 - t2, time.process_time() - c0
+
+    return run
+
+
+def whole(args):
+    import bench_user_loop
+    import torch
+    from bench_trainer import data
+
+    from somatize.record import _recorder
+
+    torch.set_num_threads(1)
+    old, _ = other_somatize(args.against)
+    def plain(run):  # bench_user_loop's (whole, make, steps, close, CPU) as (whole, close, CPU)
+        return lambda batches, store: (lambda x: (x[0], x[3], x[4]))(run(batches, store))
+
+    variants = {"raw+item": plain(bench_user_loop.raw(True)), "trainer": plain(bench_user_loop.trainer),
+                "t+r this tree": recorded(_recorder.Recorder), f"t+r {args.against}": recorded(old.Recorder)}
+    batches = data(args.steps)
+    root = os.path.join(tempfile.mkdtemp(), "record")
+    names = list(variants)
+    for f in variants.values():
+        f(batches[:30], root)
+    got = {n: [] for n in names}
+    for r in range(args.rounds):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            gc.collect()
+            got[n].append(variants[n](batches, root))
+    print(f"{args.steps} steps x {args.rounds} rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'variant':<16} {'ms/run':>7} {'x raw+item':>11} {'x ' + args.against:>10} {'close ms':>9}"
+          f" {'CPU x raw+item':>15} {'best x raw+item':>16}")
+    for n in names:
+        print(f"{n:<16} {statistics.median(x[0] for x in got[n]) * 1e3:>7.1f}"
+              f" {statistics.median(a[0] / b[0] for a, b in zip(got[n], got['raw+item'])):>10.3f}x"
+              f" {statistics.median(a[0] / b[0] for a, b in zip(got[n], got[f't+r {args.against}'])):>9.3f}x"
+              f" {statistics.median(x[1] for x in got[n]) * 1e3:>9.2f}"
+              f" {statistics.median(a[2] / b[2] for a, b in zip(got[n], got['raw+item'])):>14.3f}x"
+              f" {min(x[0] for x in got[n]) / min(x[0] for x in got['raw+item']):>15.3f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", default="main")
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--whole", action="store_true")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
+    if args.whole:
+        return whole(args)
     from somatize.record import _flusher, _recorder
 
     taken = facts_of_a_run(args.steps)
