@@ -118,6 +118,7 @@ def whole(args):
 
     torch.set_num_threads(1)
     old, _ = other_somatize(args.against)
+
     def plain(run):  # bench_user_loop's (whole, make, steps, close, CPU) as (whole, close, CPU)
         return lambda batches, store: (lambda x: (x[0], x[3], x[4]))(run(batches, store))
 
