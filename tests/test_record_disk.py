@@ -404,12 +404,13 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     renames = []
     calls = [0]
 
-    def traced_open(path, flags, *a, **k):
-        new = bool(flags & os.O_CREAT) and not os.path.lexists(path)
-        fd = real_open(path, flags, *a, **k)
+    def traced_open(path, flags, *a, dir_fd=None, **k):
+        full = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path) if dir_fd is not None else path
+        new = bool(flags & os.O_CREAT) and not os.path.lexists(full)
+        fd = real_open(path, flags, *a, dir_fd=dir_fd, **k)
         if new:
             calls[0] += 1
-            made[os.path.realpath(path)] = calls[0]
+            made[os.path.realpath(full)] = calls[0]
         return fd
 
     def traced_mkdir(path, *a, dir_fd=None, **k):
@@ -427,6 +428,7 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     def traced_replace(src, dst, *a, **k):
         if str(dst).endswith("summary.json"):
             summary = orjson.loads(Path(src).read_bytes())
+            assert synced.get(os.path.realpath(src), -1) == len(Path(src).read_bytes()), "summary renamed unsynced"
             folder = os.path.realpath(os.path.dirname(dst))
             counted = {LOG: summary["log_bytes"], INDEX: summary["index"][0]}
             counted.update({str(_log.series_file(Path(SERIES), n)): s for n, (s, _) in summary["series"].items()})
@@ -577,3 +579,49 @@ def test_a_child_forked_while_another_thread_holds_the_recorders_locks_does_not_
         assert ended(pid) == 0
     assert curve(store, run="child", name="loss").tolist() == [2.0]
     assert orjson.loads((store.path / "runs" / "r" / "summary.json").read_bytes())["state"] == "finished"
+
+
+def test_blocks_are_full_but_the_last_and_read_back_every_fact_in_order():
+    """encode_blocks over forwards of every size (none, one, a block's
+    worth, more than a block, ones that fill a block exactly): each block
+    but the last holds BLOCK_FACTS facts, its header names the forwards it
+    holds, the blocks lie end to end, and decoded they give back every fact
+    in order, each with its forward, odd values (not finite, bools, big
+    ints, nesting, non-dicts) as they were handed over."""
+    import random
+
+    rng = random.Random(7)
+    odd = [float("nan"), float("inf"), -float("inf"), True, False, None, 2**63 - 1, -(2**63), [1, [2.5, "x"]],
+           {"k": {"n": None}}, "", "é/\\\"", 0.1]
+    sizes = [0, 1, _log.BLOCK_FACTS, _log.BLOCK_FACTS - 1, 1, _log.BLOCK_FACTS + 1, 0, 3 * _log.BLOCK_FACTS + 5]
+    sizes += [rng.randrange(0, 40) for _ in range(300)] + [_log.BLOCK_FACTS - 7, 7, 2]
+    groups, want = [], []
+    for forward, size in enumerate(sizes):
+        facts_ = []
+        for i in range(size):
+            kind = rng.randrange(6)
+            fact = ({"fact": "loss", "value": rng.choice(odd)} if kind == 0 else
+                    {"fact": "ran", "node": f"n{i}", "took_us": rng.randrange(10**6)} if kind == 1 else
+                    "not a dict" if kind == 2 else [forward, i] if kind == 3 else
+                    {"fact": "x", "i": i, "f": forward, "odd": rng.choice(odd)})
+            facts_.append(fact)
+            want.append((forward, fact))
+        groups.append((forward, facts_))
+    data, rows = _log.encode_blocks(groups)
+    got, at, counts = [], 0, []
+    for first, last, offset, length in rows:
+        assert offset == at  # end to end
+        f, l_, count, size, payload = _log.read_block(data, offset)
+        assert (f, l_, size) == (first, last, length)
+        decoded = _log.decode(payload)
+        assert decoded[0][0] == first and decoded[-1][0] == last and all(g[1] for g in decoded)  # no empty group
+        counts.append(count)
+        assert count == sum(len(g[1]) for g in decoded)
+        got += [(g[0], fact) for g in decoded for fact in g[1]]
+        at += length
+    assert at == len(data)
+    assert counts[:-1] == [_log.BLOCK_FACTS] * (len(counts) - 1) and 0 < counts[-1] <= _log.BLOCK_FACTS
+    assert sum(counts) == len(want)
+    assert len(got) == len(want)
+    for (fw, fact), (want_fw, want_fact) in zip(got, want):
+        assert fw == want_fw and repr(fact) == repr(want_fact), (fw, fact, want_fact)

@@ -44,6 +44,7 @@ def append_durably(fd, data):
 
 
 SYNC_TOGETHER_AT = 4  # files; this many or more are fsynced together (sync_all)
+SYNC_THREADS = 8  # at most this many fsyncs at once (sync_all)
 _syncers = None  # threads that fsync together, made on first use, forgotten in a forked child
 
 
@@ -66,24 +67,32 @@ def sync_all(fds, together=True):
     if _syncers is None:
         from concurrent.futures import ThreadPoolExecutor
 
-        _syncers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="somatize-fsync")
-    done, here = [], None
-    for i, fd in enumerate(fds):
-        try:
-            done.append(_syncers.submit(os.fsync, fd))
-        except RuntimeError:  # the interpreter is exiting (its threads refuse work): the rest here
+        _syncers = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="somatize-fsync")
+    # One work item per thread, not per file: each takes the next fd left
+    # until none is (next() on one iterator, atomic under the GIL), so a slow
+    # fsync holds up one thread, not the files queued behind it; fewer
+    # submits and wake-ups than one per fd (close's path, bench_close.py).
+    left = enumerate(fds)
+    failed: dict = {}  # fd's place in fds -> its failure
+
+    def fsync_the_rest():
+        for i, fd in left:
             try:
-                for rest in fds[i:]:
-                    os.fsync(rest)
-            except OSError as e:
-                here = e  # raised once the threads' fsyncs have finished too (the caller closes the fds)
+                os.fsync(fd)
+            except BaseException as e:  # the others go on; the first in fds' order is raised
+                failed[i] = e
+
+    done = []
+    for _ in range(min(SYNC_THREADS, len(fds))):
+        try:
+            done.append(_syncers.submit(fsync_the_rest))
+        except RuntimeError:  # the interpreter is exiting (its threads refuse work): the rest here
+            fsync_the_rest()
             break
     for f in done:
-        f.exception()  # waits: every fsync has finished before one failure is raised
-    for f in done:
-        f.result()
-    if here is not None:
-        raise here
+        f.result()  # waits: every fsync has finished before one failure is raised (the caller closes the fds)
+    if failed:
+        raise failed[min(failed)]
 
 
 def _forget_syncers():  # a forked child has none of its parent's threads

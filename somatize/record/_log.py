@@ -127,8 +127,14 @@ def encode_blocks(groups) -> tuple[bytes, list[tuple[int, int, int, int]]]:
     chunk: list = []
     size = 0
     for forward, facts in groups:
+        n = len(facts)
+        if size + n < BLOCK_FACTS:  # the whole group, and the block not full yet: no copy
+            if n:
+                chunk.append([forward, facts])
+                size += n
+            continue
         start = 0
-        while start < len(facts):
+        while start < n:
             take = facts[start : start + BLOCK_FACTS - size]
             chunk.append([forward, take])
             size += len(take)
@@ -260,8 +266,12 @@ def _fix(path) -> str:
 
 
 def series_file(folder: Path, name: str) -> Path:
+    return folder / series_file_name(name)
+
+
+def series_file_name(name: str) -> str:
     # Names are free text (a fact name, a node name); the file name must not be.
-    return folder / (quote(name, safe="") + ".bin")
+    return quote(name, safe="") + ".bin"
 
 
 def fits_a_file(name: str) -> bool:

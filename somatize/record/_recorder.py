@@ -55,6 +55,7 @@ from ._runs import (
 
 CHUNK = 8192  # pending items a flush takes at a time
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | _OPEN  # a file of the run, appended to
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a folder to fsync
 
 
@@ -162,13 +163,16 @@ class Recorder:
         self._flush_lock = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
-        self._fds: dict = {}
+        self._fds: dict = {}  # LOG, INDEX -> fd
+        self._series_fds: dict = {}  # series name -> fd
+        self._dirs: dict = {}  # "" (the run's folder), SERIES -> fd: opened once, the files opened in them
         # Folders that gained a file (or were made) since the last commit: synced
         # with that commit's files, before its summary names them. The folders
         # this Recorder made are synced at its first commit, not here: until a
         # commit, nothing of the run was promised to survive a power cut, and
         # syncing them one after the other cost Recorder() ~1 ms (3 fsyncs).
-        self._new_in: set = set(made or ())
+        # "" (the run's folder) and SERIES stand for the folders held open (_dirs).
+        self._new_in: set = {"" if p == folder else p for p in made or ()}
         self._lock_fd = None
         self._holders = Holders()  # producers that hold facts back (held_by)
         if resume:  # a notebook cell run again: take the run over from the old Recorder
@@ -294,8 +298,7 @@ class Recorder:
             if self._error is None and not self._flush(mark):
                 with self._flush_lock:
                     mark()
-                    self._synced([])  # a run that never committed: its folders, made by Recorder()
-                    self._write_summary()
+                    self._write_summary([])  # a run that never committed: its folders, made by Recorder(), synced
         except BaseException as e:
             self._fail(e)
         finally:
@@ -345,9 +348,7 @@ class Recorder:
                 )
             if forwards == have:
                 return
-            for fd in self._fds.values():  # the series and the index are replaced: open them again
-                os.close(fd)
-            self._fds.clear()
+            self._close_files()  # the series and the index are replaced: open them again
             try:
                 head, self._hashers = _recovery.cut(self.folder, self._summary, self.run, forwards)
                 self._write_summary()
@@ -432,23 +433,29 @@ class Recorder:
     def _commit(self, batch, state=None, together=True):
         """Log first, then series, index, summary: each file only ever holds
         what the ones written before it hold (a kill -9 keeps every write()
-        made). Then the log, the series, the index and every folder that
-        gained a file are fsynced together, in one round (``sync_all``), and
-        only then is the summary that counts them written: it is the commit,
-        so nothing needs syncing before another but all before it (a test
-        traces the calls). One round instead of five one after the other
-        (log, series, index, each folder).
+        made). Then the log, the series, the index, every folder that
+        gained a file and the summary's temp file are fsynced together, in
+        one round (``sync_all``), and only then is the summary that counts
+        them renamed in: it is the commit, so nothing needs syncing before
+        another but all before it (a test traces the calls). One round
+        instead of six one after the other (log, series, index, each folder,
+        the summary).
         ``state``: the run's state, written with this commit's summary (a
         close writes it once). ``together``: see ``sync_all``."""
         summary = self._summary
         base = self._log_bytes
-        log = self._fd(LOG)
+        log = self._fds.get(LOG)
+        if log is None:
+            log = self._open_file("", LOG, self._fds, LOG)
         write_all(log, [batch.data])
         series = summary["series"]
         written = [log]
+        series_fds = self._series_fds
         for name, (forwards, values) in batch.points.items():
             data = _log.points_bytes(forwards, values)
-            fd = self._fd(_log.series_file(Path(SERIES), name))
+            fd = series_fds.get(name)
+            if fd is None:
+                fd = self._open_file(SERIES, _log.series_file_name(name), series_fds, name)
             write_all(fd, [data])
             written.append(fd)
             hasher = self._hashers.get(name)
@@ -457,10 +464,11 @@ class Recorder:
             hasher.update(data)
             series[name] = [series.get(name, (0, 0))[0] + len(data), hasher.intdigest()]
         index = _log.index_bytes(batch.rows, base)
-        fd = self._fd(INDEX)
+        fd = self._fds.get(INDEX)
+        if fd is None:
+            fd = self._open_file("", INDEX, self._fds, INDEX)
         write_all(fd, [index])
         written.append(fd)
-        self._synced(written, together)
         self._hashers[INDEX].update(index)
         summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
         self._log_bytes = base + len(batch.data)
@@ -469,23 +477,30 @@ class Recorder:
         summary["forwards"] = max(summary["forwards"], batch.last + 1)
         if state is not None:
             state()
-        self._write_summary()
+        self._write_summary(written, together)
 
     def _synced(self, fds, together=True):
         """fsync ``fds`` and every folder that gained a file since the last
         commit together (the new files' names survive a power cut before the
         summary counts them)."""
-        folders = []
+        held, opened = [], []
         try:
             for folder in self._new_in:
-                folders.append(os.open(folder, _OPEN_DIR))
-            sync_all(fds + folders, together)
+                if folder.__class__ is str:  # the run's own (_dirs)
+                    held.append(self._dir(folder))
+                else:
+                    opened.append(os.open(folder, _OPEN_DIR))
+            sync_all(fds + held + opened, together)
         finally:
-            for fd in folders:
+            for fd in opened:
                 os.close(fd)
         self._new_in = set()
 
-    def _write_summary(self):
+    def _write_summary(self, written=None, together=True):
+        """Write the summary to a temp file, fsync it and rename it in.
+        ``written``: the files this summary counts, fsynced with it and the
+        folders that gained a file, in one round (``_synced``), all before
+        the rename; None: the temp file alone (nothing new to count)."""
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
@@ -495,27 +510,63 @@ class Recorder:
         except OSError as e:
             raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
         try:
-            append_durably(fd, orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY))
+            data = orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY)
+            if written is None:
+                append_durably(fd, data)
+            else:
+                write_all(fd, [data])
+                self._synced([*written, fd], together)
         finally:
             os.close(fd)
         os.replace(tmp, self.folder / SUMMARY)
 
-    def _fd(self, path):
-        fd = self._fds.get(path)
+    def _dir(self, sub):
+        """The run's folder (``sub`` "") or its ``SERIES`` folder, held open
+        until the Recorder lets the run go: its files are opened in it."""
+        fd = self._dirs.get(sub)
         if fd is None:
-            full = self.folder / path
-            new = not os.path.lexists(full)
+            path = self.folder / sub if sub else self.folder
             try:
-                fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _OPEN, 0o644)
+                fd = os.open(path, _OPEN_DIR)
             except OSError as e:
-                raise DamagedError(f"{full} is not a regular file ({e.strerror}); move it away") from None
+                raise DamagedError(f"{path} is not a folder ({e.strerror}); move it away") from None
+            self._dirs[sub] = fd
+        return fd
+
+    def _open_file(self, sub, name, fds, key):
+        """``fds[key]``: the file ``name`` of the folder ``sub`` (``_dir``)
+        opened to append, made when missing; a link, a FIFO or a folder there
+        is refused. A file made here has its folder synced before the next
+        summary names it. One system call for a new file: O_EXCL says
+        whether it was there."""
+        at = self._dir(sub)
+        try:
+            fd = os.open(name, _APPEND | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=at)
+            new = True
+        except FileExistsError:  # there already (a run resumed): what it is, fstat says
+            fd, new = None, False
+        except OSError as e:
+            raise DamagedError(f"{self.folder / sub / name} is not a regular file ({e.strerror}); "
+                               f"move it away") from None
+        if fd is None:
+            try:
+                fd = os.open(name, _APPEND, dir_fd=at)
+            except OSError as e:
+                raise DamagedError(f"{self.folder / sub / name} is not a regular file ({e.strerror}); "
+                                   f"move it away") from None
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
-                raise DamagedError(f"{full} is not a regular file; move it away")
-            self._fds[path] = fd
-            if new:  # its name must survive a power cut as well as its bytes: synced before the summary
-                self._new_in.add(full.parent)
+                raise DamagedError(f"{self.folder / sub / name} is not a regular file; move it away")
+        fds[key] = fd
+        if new:  # its name must survive a power cut as well as its bytes: synced before the summary
+            self._new_in.add(sub)
         return fd
+
+    def _close_files(self):
+        for fd in (*self._fds.values(), *self._series_fds.values()):
+            os.close(fd)
+        self._fds.clear()
+        self._series_fds.clear()
 
     def _open(self, root, run, summarising, resume, config):
         try:
@@ -566,9 +617,10 @@ class Recorder:
             self._forward, self._has_facts = replay[-1][0], True
 
     def _release(self):
-        for fd in self._fds.values():
+        self._close_files()
+        for fd in self._dirs.values():
             os.close(fd)
-        self._fds.clear()
+        self._dirs.clear()
         with LIVE_LOCK:
             if LIVE.get(self._real) is self:
                 del LIVE[self._real]
