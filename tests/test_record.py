@@ -490,6 +490,35 @@ def test_a_numeric_value_past_64_bits_is_a_curve_point_and_a_fact_as_text(store)
     assert facts(store, "r", forward=0) == [{"fact": "seed", "value": str(2**64)}]
 
 
+def test_the_flusher_leaves_a_recorder_younger_than_a_round_to_its_next_round(store):
+    """A run shorter than FLUSH_EVERY is written once, by its close: the
+    flusher's round skips a Recorder made less than FLUSH_EVERY before it,
+    and flushes it from then on. The young one's birth is set an hour ahead
+    of the real clock, so the real flusher thread leaves it alone while the
+    test drives the rounds."""
+    import time
+
+    import orjson
+
+    from somatize.record import _flusher
+
+    def on_disk(run):  # what another process reads
+        return orjson.loads((store.path / "runs" / run / "summary.json").read_bytes())["forwards"]
+
+    young, old = Recorder(store, run="young"), Recorder(store, run="old")
+    for r in (young, old):
+        r.forward_began()
+        r({"fact": "loss", "value": 1.0})
+    born = young._born = time.monotonic() + 3600
+    old._born = born - _flusher.FLUSH_EVERY  # a round older
+    _flusher.flush_all(now=born + _flusher.FLUSH_EVERY * 0.99)
+    assert (on_disk("young"), on_disk("old")) == (0, 1)
+    _flusher.flush_all(now=born + _flusher.FLUSH_EVERY)
+    assert on_disk("young") == 1
+    young.close()
+    old.close()
+
+
 def test_a_flush_that_cannot_write_is_raised_at_the_next_fact_handed_over(store):
     """A failed background flush is never retried in silence: the owner hears
     of it at its next call (here: the next fact), and close() says it too."""
@@ -504,7 +533,7 @@ def test_a_flush_that_cannot_write_is_raised_at_the_next_fact_handed_over(store)
     (store.path / "runs" / "r" / "series" / "energy.bin").mkdir()
     recorder.forward_began()
     recorder({"fact": "energy", "value": 2.0})
-    _flusher.flush_all()  # the background flusher's own call: it must not swallow this for good
+    _flusher.flush_all(now=math.inf)  # the background flusher's own call: it must not swallow this for good
     with pytest.raises(DamagedError, match=r"run 'r' stopped.*energy.bin.*resume=True"):
         recorder({"fact": "loss", "value": 3.0})
     with pytest.raises(DamagedError, match="stopped"):

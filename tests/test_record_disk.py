@@ -491,7 +491,7 @@ def test_the_background_flush_fsyncs_on_its_own_thread_and_a_close_together(stor
 
     facts_of_many_series(20)
     threads.clear()  # Recorder()'s own summary
-    flusher = threading.Thread(target=_flusher.flush_all, name="as-the-flusher")
+    flusher = threading.Thread(target=_flusher.flush_all, kwargs={"now": float("inf")}, name="as-the-flusher")
     flusher.start()
     flusher.join()
     assert len(threads) >= files.SYNC_TOGETHER_AT and set(threads) == {"as-the-flusher"}, threads

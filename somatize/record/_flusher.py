@@ -9,6 +9,13 @@ its cause when there is one (Python keeps it as ``sys.last_value`` for the
 exit handlers to read); a forked child (a DataLoader worker) forgets its
 parent's Recorders.
 
+Why a Recorder younger than FLUSH_EVERY is left alone: a background flush
+costs its thread ~6 ms of CPU on this machine kind (its fsyncs one after the
+other, ~125 us of kernel time each), taken from the training loop on 2
+cores, and the close commits every file again; measured on whole 300-step
+runs, flushing such young runs made them ~3-4% slower than leaving them to
+their close (bench/RESULTS.md, the Recorder's fixed cost).
+
 Why every 0.25 s and not less: the flush thread's system calls each take the
 GIL back from a training loop that lets go of it inside torch; flushing every
 0.1 s made the Recorder cost a Trainer step ~5%, every 0.25 s ~2%
@@ -32,9 +39,14 @@ FLUSH_EVERY = 0.25  # seconds; another process sees facts within about this
 _flusher: threading.Thread | None = None
 
 
-def flush_all():
+def flush_all(now=None):
+    """Flush every live Recorder of this process that is FLUSH_EVERY old:
+    a younger one waits for the next round (or its close), so a run shorter
+    than a quarter second is written once, by its close, and a longer one
+    is first flushed 0.25 to 0.5 s in (the bound kill -9 had already)."""
+    now = time.monotonic() if now is None else now
     with LIVE_LOCK:
-        recorders = list(LIVE.values())
+        recorders = [r for r in LIVE.values() if now - r._born >= FLUSH_EVERY]
     for recorder in recorders:
         try:
             recorder._flush(background=True)  # its fsyncs one after the other (sync_all)

@@ -158,6 +158,7 @@ class Recorder:
         self.folder = folder
         self._real = os.path.realpath(folder)
         self._pid = os.getpid()
+        self._born = time.monotonic()  # the flusher leaves a Recorder younger than FLUSH_EVERY to its close
         self._error_before = _flusher.last_error()  # an error before this run began is not its cause
         self._pending: list = []
         self._flush_lock = threading.Lock()
