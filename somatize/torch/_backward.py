@@ -59,15 +59,23 @@ class BackwardClock:
         stamps = self._stamps
         if t.is_cuda:
             self._cuda = True
+            device = t.device
 
-            def arrived(grad):
-                torch.cuda.synchronize(grad.device)
+            def arrived(_):
+                torch.cuda.synchronize(device)
                 stamps.append((perf_counter_ns(), name))
         else:
-            def arrived(grad):
+            def arrived(_):
                 stamps.append((perf_counter_ns(), name))
 
-        t.register_hook(arrived)
+        fn = t.grad_fn
+        if fn is not None:
+            # A pre-hook on the function that made t runs when t's gradient arrives, as a hook on t
+            # would (autograd calls both as that function begins), without Tensor.register_hook's
+            # Python wrapper (~2 µs an output, measured).
+            fn.register_prehook(arrived)
+        else:  # a leaf that takes gradients, handed on as it is
+            t.register_hook(arrived)
         self.armed = True
 
     def began(self):
