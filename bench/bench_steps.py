@@ -5,7 +5,9 @@ The reference model (bench_trainer's graph: Body 8->32->32, Head 32->1),
 Adam, batches of 64, torch.set_num_threads(1). Each round makes, for each
 variant, a fresh graph, optimizer, (Recorder,) and Trainer, then runs the
 ``--steps`` steps interleaved step by step: step i of every variant back to
-back (the order rotating), each timed alone, then closes the Recorders.
+back (in an order drawn anew for every step: in a fixed cycle each variant
+would always follow the same one, and a step run after an instrumented one
+finds the caches colder), each timed alone, then closes the Recorders.
 
   trainer             Trainer.step, no watchers
   t+r                 Recorder + Trainer(watching=rec), the instruments on
@@ -28,6 +30,7 @@ plain trainer of the same code in the same round and step.
 import argparse
 import importlib
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -108,7 +111,7 @@ class Code:
 
 
 KINDS = ("trainer", "t+r", "t+r no instruments")
-CLOCKS_FIRST, CLOCKS_EVERY = 10, 20
+CLOCKS_FIRST, CLOCKS_EVERY, READ_EVERY = 10, 20, 32
 
 
 def main():
@@ -130,13 +133,16 @@ def main():
     stores = {c.name: c.Store(os.path.join(tmp, c.name)) for c in codes}
     clock = time.perf_counter_ns
     times = {v: [] for v in variants}  # per round: the list of step ns
+    rng = random.Random(0)
 
     for r in range(args.rounds + 1):  # round 0 warms up
         made = [c.made(k, stores[c.name]) for c, k in variants]
         got = [[] for _ in variants]
         n = len(variants)
         for i, b in enumerate(batches):
-            for j in [(i + r + m) % n for m in range(n)]:
+            order = list(range(n))
+            rng.shuffle(order)
+            for j in order:
                 t = clock()
                 made[j][0](b)
                 got[j].append(clock() - t)
@@ -153,14 +159,16 @@ def main():
             return "step 0"
         if due(i):
             return "recorded 1-9" if i < 10 else "recorded >=10"
+        if (i + 1) % READ_EVERY == 0:
+            return "read"
         if i < CLOCKS_FIRST or i % CLOCKS_EVERY == 0:
             return "clocks"
         return "steady"
 
-    groups = ("steady", "clocks", "step 0", "recorded 1-9", "recorded >=10")
+    groups = ("steady", "clocks", "read", "step 0", "recorded 1-9", "recorded >=10")
     print(f"{args.steps} steps x {args.rounds} rounds, interleaved step by step; µs, medians "
           f"(in brackets: minus the plain trainer of the same code, same round and step)")
-    print(f"{'code':<14} {'variant':<19}" + "".join(f"{g:>22}" for g in groups))
+    print(f"{'code':<14} {'variant':<19}" + "".join(f"{g:>20}" for g in groups))
     for c, k in variants:
         plain = times[(c, "trainer")] if "trainer" in kinds else None
         cells = []
@@ -172,13 +180,16 @@ def main():
                         if kind_of(i) == grp]
                 cell += f" (+{statistics.median(diff) / 1000:.1f})"
             cells.append(cell)
-        print(f"{c.name:<14} {k:<19}" + "".join(f"{x:>22}" for x in cells))
+        print(f"{c.name:<14} {k:<19}" + "".join(f"{x:>20}" for x in cells))
     whole = {v: [sum(rnd) for rnd in times[v]] for v in variants}
-    print("whole steps, x the plain trainer of the same code (median of rounds):")
+    print("the run's steps, x the plain trainer of the same code (median of rounds), and the sum over the run"
+          " of each step's median difference to it (robust to a slow step):")
     for c, k in variants:
         if k != "trainer" and "trainer" in kinds:
             ratio = statistics.median(a / b for a, b in zip(whole[(c, k)], whole[(c, "trainer")]))
-            print(f"  {c.name:<14} {k:<19} {ratio:.3f}x")
+            added = sum(statistics.median(ra[i] - rb[i] for ra, rb in zip(times[(c, k)], times[(c, "trainer")]))
+                        for i in range(args.steps))
+            print(f"  {c.name:<14} {k:<19} {ratio:.3f}x  +{added / 1e6:.2f} ms")
 
 
 if __name__ == "__main__":
