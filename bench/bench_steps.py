@@ -139,7 +139,7 @@ def main():
         made = [c.made(k, stores[c.name]) for c, k in variants]
         got = [[] for _ in variants]
         n = len(variants)
-        for i, b in enumerate(batches):
+        for b in batches:
             order = list(range(n))
             rng.shuffle(order)
             for j in order:
