@@ -174,6 +174,9 @@ def main():
         cells = []
         for grp in groups:
             mine = [t for rnd in times[(c, k)] for i, t in enumerate(rnd) if kind_of(i) == grp]
+            if not mine:  # a short run has no such step
+                cells.append("-")
+                continue
             cell = f"{statistics.median(mine) / 1000:.1f}"
             if plain is not None and k != "trainer":
                 diff = [a - b for ra, rb in zip(times[(c, k)], plain) for i, (a, b) in enumerate(zip(ra, rb))

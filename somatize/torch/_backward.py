@@ -3,7 +3,8 @@
 The rule kept here: the engine never knows it is timed, and the arithmetic
 never changes. On a recorded step (the instruments' sampling: ``due``), the
 engine's outputs hook hands over each node's output; when it is a tensor
-that takes gradients, a hook is put on it that only notes the moment its
+that takes gradients, a hook is put on it (a pre-hook on the function that
+made it, called as its gradient arrives) that only notes the moment its
 gradient arrives (the hook returns None: the gradient is not touched). A
 node's backward begins when the gradient of its output arrives and runs
 until the next arrival at any node's output (or the end of the backward
