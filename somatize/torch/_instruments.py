@@ -77,8 +77,9 @@ class Instruments:
 
     def __init__(self, g, optimizer, emit, settle=None):
         self.emit = emit
-        # settle(tensors, facts, finish): the 0-d tensors' values, read off the device, through
-        # finish (a list of floats into one per fact) into the facts' "value"
+        # settle(tensors, facts, finish, counts): the 0-d tensors' values (the last `counts` of them
+        # integers), read off the device, through finish (a list of floats into one per fact) into
+        # the facts' "value"
         self.settle = settle or _settle_now
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.nodes, self.params, self.missing = [], [], []
@@ -125,7 +126,7 @@ class Instruments:
             counts.append(torch.count_nonzero((t.detach() - mid).abs_() >= half * (1 - 2 * NEAR)))
             facts.append({"fact": "out_saturated", "node": name})
         # shares of n, in float64 (Python's float is one): out_zeros is what count_nonzero left out
-        self.settle(counts, facts, _Shares(n))
+        self.settle(counts, facts, _Shares(n), len(counts))
         for fact in facts:
             self.emit(fact)
 
@@ -162,7 +163,7 @@ class Instruments:
                  for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
         # Each parameter's three norms and nonzero count, summed node by node when read (_NodeSums):
         # no arithmetic on the device, so a recorded update adds four calls into torch, not twenty.
-        self.settle([*norms, *moved, *nz], facts, self._sums)
+        self.settle([*norms, *moved, *nz], facts, self._sums, len(nz))
         emit = self.emit
         for fact in facts:  # node by node, as a reader expects them
             emit(fact)
@@ -209,7 +210,7 @@ class _NodeSums:
         return out
 
 
-def _settle_now(tensors, facts, finish):
+def _settle_now(tensors, facts, finish, counts=0):
     """Read ``tensors`` (0-d) now, in one host sync, into the facts."""
     for fact, v in zip(facts, finish(values_of(tensors))):
         fact["value"] = v
