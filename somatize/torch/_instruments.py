@@ -32,9 +32,10 @@ count, each output's counts) handed to ``settle`` (the Trainer's), which
 reads them with the losses in its next bulk read; the sums node by node and
 the shares are then taken in Python, in float64, and filled into the facts
 before any watcher sees them (with ``read_every=1``, at once). A recorded
-update makes five calls into torch for all the parameters and one per
-parameter (its nonzero count), a recorded output one: nothing is stacked or
-summed on the device.
+update makes three calls into torch for all the parameters and two per
+parameter (its copy, its nonzero count), a recorded output one: nothing is
+stacked or summed on the device (stacking them there cost a recorded step
+more than it saved the read: bench/RESULTS.md, the step path).
 
 Which updates: the first ``FIRST`` always (a run that blows up in its third
 step is diagnosed), then one in ``EVERY`` (the cost stays under 3% of a step;
@@ -162,7 +163,7 @@ class Instruments:
         facts = [{"fact": kind, "node": name} for name, _, _ in self.nodes
                  for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
         # Each parameter's three norms and nonzero count, summed node by node when read (_NodeSums):
-        # no arithmetic on the device, so a recorded update adds four calls into torch, not twenty.
+        # no arithmetic on the device, so a recorded update adds three calls into torch, not twenty.
         self.settle([*norms, *moved, *nz], facts, self._sums, len(nz))
         emit = self.emit
         for fact in facts:  # node by node, as a reader expects them
@@ -211,6 +212,7 @@ class _NodeSums:
 
 
 def _settle_now(tensors, facts, finish, counts=0):
-    """Read ``tensors`` (0-d) now, in one host sync, into the facts."""
+    """Read ``tensors`` (0-d) now, in one host sync, into the facts
+    (``values_of`` asks each its kind: ``counts`` is not needed)."""
     for fact, v in zip(facts, finish(values_of(tensors))):
         fact["value"] = v
