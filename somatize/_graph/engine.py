@@ -161,11 +161,12 @@ class Graph:
         if store is not None:
             _check_weights(self._cached)
         if w.all:
-            w.forward_began()
+            w.began()
             emit = w.emit
             hook = w.output
+            ctxs = w.ctxs
         else:
-            emit = hook = None
+            emit = hook = ctxs = None
 
         # A chain hands each node the output of the one before; only a graph
         # that fans out keeps every output in a slot (cheaper, measured).
@@ -181,9 +182,9 @@ class Graph:
             else:
                 arg = v.value if v.__class__ is Opaque else v
             if store is not None and step.node._sz_cached:
-                v = _run_cached(step, arg, store, emit, start)
+                v = _run_cached(step, arg, store, emit, start, ctxs)
             else:
-                v = _run(step, arg, emit, start)
+                v = _run(step, arg, emit, start, ctxs)
             if hook is not None:
                 hook(step.name, v)
             if fan:
@@ -298,15 +299,20 @@ def _failed(step, e, emit, start, t0):
     )
 
 
-def _run(step, arg, emit, start):
+def _run(step, arg, emit, start, ctxs=None):
     """Run one node: check its output at the edge and, when watched, time it
     and tell the watchers (``ran``); when it raises, ``failed`` and a
-    NodeError."""
+    NodeError. ``ctxs``: the watchers' Ctx of each node, made once
+    (``Watchers.ctxs``), not once a forward."""
     if emit is None:
         ctx = step.quiet
         t0 = 0
     else:
-        ctx = Ctx(step.name, emit)
+        ctx = ctxs.get(step.name) if ctxs is not None else None
+        if ctx is None or ctx._emit is not emit:
+            ctx = Ctx(step.name, emit)
+            if ctxs is not None:
+                ctxs[step.name] = ctx
         t0 = perf_counter_ns()
     try:
         out = step.forward(arg, ctx)
@@ -323,7 +329,7 @@ def _run(step, arg, emit, start):
     return out
 
 
-def _run_cached(step, arg, store, emit, start):
+def _run_cached(step, arg, store, emit, start, ctxs=None):
     """A cached node: recalled when its key is kept, else run and kept."""
     try:
         key_in = store.digest_of(arg)
@@ -341,7 +347,7 @@ def _run_cached(step, arg, store, emit, start):
             emit({"fact": "recalled", "node": step.name, "began_us": (t0 - start) // 1000,
                   "took_us": (perf_counter_ns() - t0) // 1000})
         return Opaque(value)
-    crossed = _run(step, arg, emit, start)
+    crossed = _run(step, arg, emit, start, ctxs)
     t1 = perf_counter_ns()
     value = crossed.value if crossed.__class__ is Opaque else crossed
     codec = codec_for(value)

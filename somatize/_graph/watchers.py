@@ -57,14 +57,21 @@ class Watchers:
     ``held``) in the order they happened, ``None`` marking where a forward
     began; a watcher that defines ``take(items)`` (the Recorder) takes them
     in one call.
+
+    ``began()``: ``forward_began()`` as one function made once, the only
+    watcher's own when one defines it (one call a forward, not two).
+    ``ctxs``: the engine's ``Ctx`` of each node name handing facts to
+    ``emit``, made once (a Ctx is its name and ``emit``, nothing else).
     """
 
-    __slots__ = ("all", "_began", "emit", "output", "_takes", "_where")
+    __slots__ = ("all", "_began", "began", "emit", "output", "_takes", "_where", "ctxs")
 
     def __init__(self, watching, where="watching="):
         self.output = None
+        self.ctxs = {}  # node name -> its Ctx handing facts to emit, made on its first watched forward
         self.all = _checked(watching)
         self._began = tuple(b for b in (getattr(w, "forward_began", None) for w in self.all) if b is not None)
+        self.began = _beginning(self._began)  # forward_began() in one call (what the engine calls)
         self.emit = _emitter(self.all, where)
         self._takes = tuple(getattr(w, "take", None) for w in self.all)
         self._where = where
@@ -129,7 +136,21 @@ def held(into):
     w.all = (into.append,)
     w.emit = into.append
     w._began = (_marker(into),)
+    w.began = w._began[0]
     return w
+
+
+def _beginning(befores):
+    """One function calling each of ``befores`` (a tuple); it holds the
+    tuple, not the Watchers, so it makes no reference cycle."""
+    if len(befores) == 1:
+        return befores[0]
+
+    def began():
+        for b in befores:
+            b()
+
+    return began
 
 
 def _marker(into):

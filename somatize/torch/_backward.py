@@ -3,7 +3,8 @@
 The rule kept here: the engine never knows it is timed, and the arithmetic
 never changes. On a recorded step (the instruments' sampling: ``due``), the
 engine's outputs hook hands over each node's output; when it is a tensor
-that takes gradients, a hook is put on it that only notes the moment its
+that takes gradients, a hook is put on it (a pre-hook on the function that
+made it, called as its gradient arrives) that only notes the moment its
 gradient arrives (the hook returns None: the gradient is not touched). A
 node's backward begins when the gradient of its output arrives and runs
 until the next arrival at any node's output (or the end of the backward
@@ -59,15 +60,23 @@ class BackwardClock:
         stamps = self._stamps
         if t.is_cuda:
             self._cuda = True
+            device = t.device
 
-            def arrived(grad):
-                torch.cuda.synchronize(grad.device)
+            def arrived(_):
+                torch.cuda.synchronize(device)
                 stamps.append((perf_counter_ns(), name))
         else:
-            def arrived(grad):
+            def arrived(_):
                 stamps.append((perf_counter_ns(), name))
 
-        t.register_hook(arrived)
+        fn = t.grad_fn
+        if fn is not None:
+            # A pre-hook on the function that made t runs when t's gradient arrives, as a hook on t
+            # would (autograd calls both as that function begins), without Tensor.register_hook's
+            # Python wrapper (~2 µs an output, measured).
+            fn.register_prehook(arrived)
+        else:  # a leaf that takes gradients, handed on as it is
+            t.register_hook(arrived)
         self.armed = True
 
     def began(self):

@@ -32,9 +32,10 @@ count, each output's counts) handed to ``settle`` (the Trainer's), which
 reads them with the losses in its next bulk read; the sums node by node and
 the shares are then taken in Python, in float64, and filled into the facts
 before any watcher sees them (with ``read_every=1``, at once). A recorded
-update makes five calls into torch for all the parameters and one per
-parameter (its nonzero count), a recorded output one: nothing is stacked or
-summed on the device.
+update makes three calls into torch for all the parameters and two per
+parameter (its copy, its nonzero count), a recorded output one: nothing is
+stacked or summed on the device (stacking them there cost a recorded step
+more than it saved the read: bench/RESULTS.md, the step path).
 
 Which updates: the first ``FIRST`` always (a run that blows up in its third
 step is diagnosed), then one in ``EVERY`` (the cost stays under 3% of a step;
@@ -77,8 +78,9 @@ class Instruments:
 
     def __init__(self, g, optimizer, emit, settle=None):
         self.emit = emit
-        # settle(tensors, facts, finish): the 0-d tensors' values, read off the device, through
-        # finish (a list of floats into one per fact) into the facts' "value"
+        # settle(tensors, facts, finish, counts): the 0-d tensors' values (the last `counts` of them
+        # integers), read off the device, through finish (a list of floats into one per fact) into
+        # the facts' "value"
         self.settle = settle or _settle_now
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.nodes, self.params, self.missing = [], [], []
@@ -115,48 +117,54 @@ class Instruments:
         if t.__class__ is not torch.Tensor or not t.is_floating_point() or not t.numel():
             return
         self.clock.output(name, t)
-        with torch.no_grad():
-            n = t.numel()
-            counts = [torch.count_nonzero(t)]
-            facts = [{"fact": "out_zeros", "node": name}]
-            bounds = _SATURATING.get(type(t.grad_fn).__name__)
-            if bounds is not None:
-                lo, hi = bounds
-                mid, half = (lo + hi) / 2, (hi - lo) / 2
-                counts.append(torch.count_nonzero((t - mid).abs_() >= half * (1 - 2 * NEAR)))
-                facts.append({"fact": "out_saturated", "node": name})
+        n = t.numel()
+        counts = [torch.count_nonzero(t)]  # an integer: autograd records nothing, no no_grad needed
+        facts = [{"fact": "out_zeros", "node": name}]
+        bounds = _SATURATING.get(type(t.grad_fn).__name__)
+        if bounds is not None:
+            lo, hi = bounds
+            mid, half = (lo + hi) / 2, (hi - lo) / 2
+            counts.append(torch.count_nonzero((t.detach() - mid).abs_() >= half * (1 - 2 * NEAR)))
+            facts.append({"fact": "out_saturated", "node": name})
         # shares of n, in float64 (Python's float is one): out_zeros is what count_nonzero left out
-        self.settle(counts, facts, _Shares(n))
+        self.settle(counts, facts, _Shares(n), len(counts))
         for fact in facts:
             self.emit(fact)
 
     def before_update(self):
         """Gradients and weights, read before the optimizer moves anything."""
-        if not self.params:
+        params = self.params
+        if not params:
             return
-        with torch.no_grad():
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-            self._before = [p.clone() for p in self.params]  # (on the CPU, cheaper than a _foreach_ call)
-            self._grads = (
-                torch._foreach_norm(grads),
-                torch._foreach_norm(self._before),
-                [torch.count_nonzero(g_) for g_ in grads],
-            )
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        # Grad mode off without a context manager (torch.no_grad() cost ~8 µs a recorded update, measured).
+        was = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            self._before = [p.clone() for p in params]  # (on the CPU, cheaper than a _foreach_ call)
+            # the gradients' norms and the weights', in one call
+            self._grads = torch._foreach_norm(grads + self._before), [torch.count_nonzero(g_) for g_ in grads]
+        finally:
+            torch._C._set_grad_enabled(was)
 
     def after_update(self):
         """The change the update made; hands over the update's facts."""
         if self._grads is None:
             return
-        with torch.no_grad():
+        was = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
             torch._foreach_sub_(self._before, self.params)  # the copy becomes minus the update: same norm
             moved = torch._foreach_norm(self._before)
-        gn, wn, nz = self._grads
+        finally:
+            torch._C._set_grad_enabled(was)
+        norms, nz = self._grads
         self._before = self._grads = None
         facts = [{"fact": kind, "node": name} for name, _, _ in self.nodes
                  for kind in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
         # Each parameter's three norms and nonzero count, summed node by node when read (_NodeSums):
-        # no arithmetic on the device, so a recorded update adds four calls into torch, not twenty.
-        self.settle([*gn, *wn, *moved, *nz], facts, self._sums)
+        # no arithmetic on the device, so a recorded update adds three calls into torch, not twenty.
+        self.settle([*norms, *moved, *nz], facts, self._sums, len(nz))
         emit = self.emit
         for fact in facts:  # node by node, as a reader expects them
             emit(fact)
@@ -203,7 +211,8 @@ class _NodeSums:
         return out
 
 
-def _settle_now(tensors, facts, finish):
-    """Read ``tensors`` (0-d) now, in one host sync, into the facts."""
+def _settle_now(tensors, facts, finish, counts=0):
+    """Read ``tensors`` (0-d) now, in one host sync, into the facts
+    (``values_of`` asks each its kind: ``counts`` is not needed)."""
     for fact, v in zip(facts, finish(values_of(tensors))):
         fact["value"] = v

@@ -48,11 +48,13 @@ class Reading:
         self.last = None
         self.rank_losses = []
 
-    def owe(self, tensors, facts, finish):
+    def owe(self, tensors, facts, finish, counts=0):
         """``tensors`` (0-d, on the device) fill the facts' ``value`` on the
         next read: ``finish`` turns the list of their values (floats, in
-        order) into one value per fact."""
-        self.owed.append((tensors, facts, finish))
+        order) into one value per fact. The last ``counts`` of them are
+        integers (counts), the others floating: told, not asked of each
+        tensor when read (~0.5 µs a tensor, measured)."""
+        self.owed.append((tensors, facts, finish, counts))
 
     def read(self, watchers, last_step):
         """Read everything held off the device in one go and hand the facts
@@ -63,15 +65,24 @@ class Reading:
         losses, owed = self.losses, self.owed
         values = None
         if owed:
-            tensors = [t for ts, _, _ in owed for t in ts]
-            flat = values_of(tensors + losses)  # the one host sync
-            at = 0
-            for ts, facts, finish in owed:
-                for fact, v in zip(facts, finish(flat[at:at + len(ts)])):
+            floats, ints = [], []
+            for ts, _, _, k in owed:
+                if k:
+                    floats += ts[:len(ts) - k]
+                    ints += ts[len(ts) - k:]
+                else:
+                    floats += ts
+            got_f, got_i = split_values_of(floats + losses, ints)  # the one host sync
+            at_f = at_i = 0
+            for ts, facts, finish, k in owed:
+                n = len(ts) - k
+                got = got_f[at_f:at_f + n] + got_i[at_i:at_i + k] if k else got_f[at_f:at_f + n]
+                for fact, v in zip(facts, finish(got)):
                     fact["value"] = v
-                at += len(ts)
+                at_f += n
+                at_i += k
             owed.clear()
-            values = flat[at:]
+            values = got_f[at_f:]
         elif losses:
             try:
                 values = torch.stack(losses).tolist()  # the one host sync
@@ -106,6 +117,21 @@ class Reading:
 def not_finite(rank_losses):
     """The ranks whose own loss (its slot of the all-reduce) was not finite, and each one's value."""
     return [(rank, v) for rank, v in enumerate(rank_losses.tolist()) if v - v != 0.0]
+
+
+def split_values_of(floats, ints):
+    """The values of 0-d floating tensors and of 0-d integer ones, as two
+    lists of floats, in one host sync: each kind stacked apart as float64
+    (torch promotes among the floating ones exactly; no count past 2**24 is
+    rounded to a float32)."""
+    try:
+        f = torch.stack(floats).double()
+        if not ints:
+            return f.tolist(), []
+        got = torch.cat([f, torch.stack(ints).double()]).tolist()
+    except RuntimeError:  # on several devices
+        return [float(t.item()) for t in floats], [float(t.item()) for t in ints]
+    return got[:len(floats)], got[len(floats):]
 
 
 def values_of(tensors):

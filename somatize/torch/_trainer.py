@@ -273,6 +273,7 @@ class Trainer:
         self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
         self._clocks_due = 0  # perf_counter_ns by which a step says its clocks whatever its index
         self._clock = self._instruments.clock if self._instruments is not None else None
+        self._recording = False  # whether this step's update is recorded by the instruments (due)
         self.steps = 0  # steps begun, counted from 0 in error messages
         self.updates = 0
         self._read_due = perf_counter_ns() + _reading.READ_AT_MOST_NS  # by when the losses are read in any case
@@ -325,7 +326,10 @@ class Trainer:
             if self._fast and not clocks:
                 loss = self.objective(self._forward(x), y)
                 value = self._value(loss, index)
-                self._backward(loss, index)
+                if self._clock is None or not self._clock.armed:
+                    _backward(loss, index)
+                else:
+                    self._backward(loss, index)
                 updated = self._update()
             elif self._fast:
                 value, updated = self._timed(x, y, index)
@@ -432,6 +436,7 @@ class Trainer:
             self.deliver()
             return False
         self._step_began = None  # no step under way: no rank is busy in it
+        self._recording = self._instruments is not None and due(self.updates)
         updated = self._close()
         if updated and self._watched:
             self._emitting.emit({"fact": "updated"})
@@ -457,7 +462,7 @@ class Trainer:
             self._global_loss, self._rank_us = self._ranks.sync(self._params, self._group_n, loss, n, busy)
             if loss is not None and self.read_every == 1:  # refused on every rank before the weights move
                 self._refused(self._global_loss, self.steps - 1)
-        probe = self._instruments if self._instruments is not None and due(self.updates) else None
+        probe = self._instruments if self._recording else None
         scaler = self.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)
@@ -825,7 +830,9 @@ class Trainer:
             inst.start()
         if inst.clock.armed:  # a step that raised left it armed
             inst.clock.reset()
-        self._emitting.output = inst.output if due(self.updates) else None
+        # asked once a step: the update at its end (if any) is recorded with its outputs
+        self._recording = recording = due(self.updates)
+        self._emitting.output = inst.output if recording else None
 
     def _value(self, loss, index):
         """The loss, detached; read off the device here only with read_every=1."""
