@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from forked import ended
 
 from somatize import Recorder, Store
 from somatize._base.errors import DamagedError
@@ -520,23 +521,6 @@ def test_a_forked_child_closing_its_copy_of_a_recorder_leaves_the_parents_run_al
         assert summary.read_bytes() == before
         assert orjson.loads(summary.read_bytes())["state"] == "running"
     assert orjson.loads(summary.read_bytes())["state"] == "finished"
-
-
-def ended(pid, within=120.0):
-    """The exit status of a forked child; a child that has not ended
-    ``within`` seconds hangs (killed, and the test fails instead of hanging)."""
-    import signal
-    import time
-
-    give_up = time.monotonic() + within
-    while time.monotonic() < give_up:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"the forked child {pid} still ran after {within} s: it hung")
 
 
 def test_a_child_forked_while_another_thread_holds_the_recorders_locks_does_not_hang(tmp_path):

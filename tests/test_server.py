@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from forked import ended
 from jupyter_server.auth import Authorizer
 from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
@@ -913,22 +914,6 @@ def test_waiting_for_counts_held_back_by_a_listing_is_bounded_and_says_why(tmp_p
     assert "held" in _COUNTER.counted(str(tmp_path / "s"))
 
 
-def _ended(pid, within=120.0):
-    """The exit status of a forked child; one not ended ``within`` seconds
-    hangs (killed, and the test fails instead of hanging)."""
-    import time
-
-    give_up = time.monotonic() + within
-    while time.monotonic() < give_up:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"the forked child {pid} still ran after {within} s: it hung")
-
-
 def test_a_forked_child_counts_findings_and_its_wait_ends(tmp_path):
     """A child forked from a server process whose counting thread had started
     (a kernel's or a user's fork) kept the parent's thread as if it ran: the
@@ -952,4 +937,4 @@ def test_a_forked_child_counts_findings_and_its_wait_ends(tmp_path):
             code = 0 if counted["after"] is not None else 2
         finally:
             os._exit(code)
-    assert _ended(pid, within=60) == 0
+    assert ended(pid, within=60) == 0
