@@ -76,11 +76,13 @@ class Table:
         return self._columns
 
     def frame(self):
-        """The DataFrame ``runs()`` makes of these rows (shared: copy it before handing it out)."""
+        """The DataFrame ``runs()`` makes of these rows (shared: copy it, its
+        lists and dicts too, before handing it out, as ``runs()`` does; so
+        the frame kept shares the rows' own, not copies of them)."""
         if self._frame is None:
             from ._queries import frame
 
-            self._frame = frame(self.rows)
+            self._frame = frame(self.rows, nested=())
         return self._frame
 
     def nested(self) -> list[str]:
