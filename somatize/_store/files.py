@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import stat
+import sys
 import threading
 from pathlib import Path
 
@@ -46,12 +47,29 @@ def append_durably(fd, data):
 SYNC_TOGETHER_AT = 4  # files; this many or more are fsynced together (sync_all)
 SYNC_THREADS = 8  # at most this many fsyncs at once (sync_all)
 _syncers = None  # threads that fsync together, made on first use, forgotten in a forked child
+SYNCFS_AT = 4  # files; this many or more are synced by one syncfs(2) per file system where it is cheap
+SYNCFS_DIRTY_AT = 4 << 20  # bytes the kernel holds unwritten (Dirty + Writeback); above it, fsync each
+_syncfs = False  # libc's syncfs where it reports write-back errors (Linux >= 5.8), None where not; False: not looked up
 
 
 def sync_all(fds, together=True):
-    """fsync every one of ``fds`` and return once all are on disk (raising
-    the first failure, after all have finished). ``together``: several are
-    fsynced at once, from a few threads (fsync lets go of the GIL):
+    """Make every one of ``fds`` durable and return once all are on disk.
+
+    ``SYNCFS_AT`` files or more, on Linux >= 5.8, while the kernel holds
+    little unwritten (``SYNCFS_DIRTY_AT``, read from /proc/meminfo, ~15 us):
+    one ``syncfs(2)`` per file system they are on. It writes back every
+    dirty page of that file system and commits its journal once, where an
+    fsync each commits it once per file: a 300-step run's close (28 files
+    and folders) synced in 1.2 ms instead of 2.5 (and 0.2 ms of CPU instead
+    of 1.8: bench/RESULTS.md), and the background flush makes one system
+    call instead of one per file, so it takes the GIL back from the training
+    loop once. With much unwritten on the machine (another process writing
+    gigabytes), syncing the whole file system could wait on their bytes:
+    then, or where syncfs is missing or fails (a write-back error elsewhere
+    on the file system: the files' own fsyncs say whose), each is fsynced.
+
+    Else each is fsynced (the first failure raised once all have
+    finished). ``together``: several are fsynced at once, from a few threads (fsync lets go of the GIL):
     concurrent fsyncs share the file system's journal commits. Measured on a
     busy disk (other processes writing), 21 small appends: one after the
     other 2-23 ms median, 75-82 ms p90; together 2.7 ms median, 7-9 ms p90
@@ -59,6 +77,8 @@ def sync_all(fds, together=True):
     for): the background flush, which nobody waits for, fsyncs one after the
     other on its own thread and wakes no thread to take the GIL back from
     the training loop beside it."""
+    if len(fds) >= SYNCFS_AT and _synced_by_file_system(fds):
+        return
     if not together or len(fds) < SYNC_TOGETHER_AT:
         for fd in fds:
             os.fsync(fd)
@@ -93,6 +113,62 @@ def sync_all(fds, together=True):
         f.result()  # waits: every fsync has finished before one failure is raised (the caller closes the fds)
     if failed:
         raise failed[min(failed)]
+
+
+def _synced_by_file_system(fds) -> bool:
+    """``syncfs`` once for each file system ``fds`` are on (``sync_all``);
+    False (nothing promised) where it is not cheap or not there, or failed."""
+    global _syncfs
+    if _syncfs is False:
+        _syncfs = _find_syncfs()
+    if _syncfs is None or unwritten_bytes() > SYNCFS_DIRTY_AT:
+        return False
+    one_each = {}
+    for fd in fds:
+        one_each.setdefault(os.fstat(fd).st_dev, fd)
+    for fd in one_each.values():
+        if _syncfs(fd) != 0:
+            return False
+    return True
+
+
+def _find_syncfs():
+    """libc's ``syncfs``, where it reports write-back errors (Linux 5.8 on;
+    before, it returned 0 whatever happened), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return None
+    if (major, minor) < (5, 8):
+        return None
+    try:
+        import ctypes  # here: only a writer of many files pays its import
+
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs  # a CDLL call lets go of the GIL
+    except (OSError, AttributeError):
+        return None
+    syncfs.argtypes, syncfs.restype = [ctypes.c_int], ctypes.c_int
+    return syncfs
+
+
+def unwritten_bytes() -> int:
+    """Bytes the kernel holds that are not on disk yet (Dirty + Writeback of
+    /proc/meminfo); past ``SYNCFS_DIRTY_AT`` when it cannot be read."""
+    try:
+        fd = os.open("/proc/meminfo", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 16384)
+        finally:
+            os.close(fd)
+        total = 0
+        for key in (b"\nDirty:", b"\nWriteback:"):
+            at = text.index(key) + len(key)
+            total += int(text[at:text.index(b"kB", at)]) * 1024
+        return total
+    except (OSError, ValueError):
+        return SYNCFS_DIRTY_AT + 1
 
 
 def _forget_syncers():  # a forked child has none of its parent's threads

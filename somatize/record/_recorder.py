@@ -497,11 +497,13 @@ class Recorder:
                 os.close(fd)
         self._new_in = set()
 
-    def _write_summary(self, written=None, together=True):
+    def _write_summary(self, written=None, together=True, durable=True):
         """Write the summary to a temp file, fsync it and rename it in.
         ``written``: the files this summary counts, fsynced with it and the
         folders that gained a file, in one round (``_synced``), all before
-        the rename; None: the temp file alone (nothing new to count)."""
+        the rename; None: the temp file alone (nothing new to count).
+        ``durable=False``: not fsynced (a new run's first summary, which
+        counts nothing: see ``_open``)."""
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
@@ -513,7 +515,7 @@ class Recorder:
         try:
             data = orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY)
             if written is None:
-                append_durably(fd, data)
+                (append_durably if durable else _append)(fd, data)
             else:
                 write_all(fd, [data])
                 self._synced([*written, fd], together)
@@ -610,7 +612,14 @@ class Recorder:
         self._log_bytes = summary["log_bytes"]
         self._forward = max(summary["forwards"] - 1, 0)
         self._has_facts = True if summary["forwards"] > 0 else None  # None: no forward began (see _group)
-        self._write_summary()
+        # A new run's first summary says "running" to other processes and
+        # counts nothing, so it is not fsynced (~0.7 ms of Recorder()): a
+        # power cut before the run's first commit (which fsyncs the summary
+        # and the folders) may leave it empty, and a run folder whose
+        # summary is empty and which holds no facts lists as no run
+        # (_runs.load_summary). A resumed run's summary counts its facts:
+        # replaced durably.
+        self._write_summary(durable=old is not None)
         if replay:
             batch = _Batch()
             self._absorb(replay, batch)
@@ -628,6 +637,10 @@ class Recorder:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the lock
             self._lock_fd = None
+
+
+def _append(fd, data):
+    write_all(fd, [data])
 
 
 def launched_rank() -> int:

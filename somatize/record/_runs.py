@@ -143,9 +143,28 @@ def load_summary(folder: Path, at: int | None = None) -> dict | None:
     raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1, at=at)
     if raw is None:
         return None
+    if not raw and not _holds(folder, LOG, at):
+        # A new run's first summary is not fsynced (it counts nothing:
+        # Recorder._open); a power cut before the run's first commit can
+        # leave it empty. No facts, no run: one being made.
+        return None
     if len(raw) > MAX_BYTES:
         raise Broken(f"is over {MAX_BYTES} bytes: not one a Recorder wrote")
     return parse(raw)
+
+
+def _holds(folder, name, at=None) -> bool:
+    """Whether ``folder`` (or the folder ``at`` holds open) has an entry ``name``, of any kind."""
+    try:
+        if at is None:
+            os.stat(os.path.join(folder, name), follow_symlinks=False)
+        else:
+            os.stat(name, dir_fd=at, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def summary_or_damage(folder: Path, run: str) -> dict | None:
