@@ -63,6 +63,8 @@ def hook(event, args):
             return
         if os.path.realpath(full) == store_real:  # the store's own folder (opened to walk it)
             return
+        if full == "/proc/meminfo" and isinstance(flags, int) and flags & os.O_ACCMODE == os.O_RDONLY:
+            return  # the kernel's count of unwritten bytes, read before a commit's syncfs (files.unwritten_bytes)
         parent = os.path.realpath(os.path.dirname(full))
         nofollow = isinstance(flags, int) and flags & os.O_NOFOLLOW
         if not inside(parent) or not (nofollow or inside(os.path.realpath(full))):

@@ -5,9 +5,11 @@ The rule kept here: the hot path is one list append. Handing a fact over costs
 happen on a flush, which the background flusher runs every ``_flusher.FLUSH_EVERY``
 seconds, and ``flush()``, ``close()`` and exit.
 
-A flush appends whole blocks to ``facts.log`` in one ``write()`` and fsyncs,
-then the series and the index, and last rewrites ``summary.json`` atomically
-(temp file, fsync, rename) with the bytes and xxh3 checksum of each file.
+A flush appends whole blocks to ``facts.log`` in one ``write()``, then the
+series and the index, syncs them (one ``syncfs`` where cheap, else an fsync
+each: ``_store.files.sync_all``), and last rewrites ``summary.json``
+atomically (temp file, synced, rename) with the bytes and xxh3 checksum of
+each file.
 When ``flush()`` returns, its facts survive a kill -9 and a power cut.
 
 A flush that fails (a full disk, say) stops the Recorder: the next call into
