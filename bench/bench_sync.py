@@ -6,8 +6,8 @@ Each round makes a fresh run-like folder with a ``series`` folder in it,
 ``--files`` new files of 300 bytes each (a short run's series), and syncs
 the files and both folders one way; the ways interleaved round by round, in
 one process, a fresh folder each time (nothing left dirty from the way
-before). Printed: medians of wall ms and of the process's CPU ms (every
-thread: the fsync threads' kernel time too).
+before). Printed: medians of wall ms (and its 90th and 99th percentiles)
+and of the process's CPU ms (every thread: the fsync threads' kernel time too).
 
     .venv/bin/python bench/bench_sync.py [--files 28] [--rounds 40] [--dir /tmp]
 """
@@ -66,8 +66,10 @@ def main():
     print(f"{args.files} files of 300 bytes and 2 folders, {args.rounds} rounds, in {base}, "
           f"load average {os.getloadavg()[0]:.1f}, {files.unwritten_bytes() // 1024} kB unwritten now")
     for w, v in got.items():
-        wall, cpu = statistics.median(a for a, _ in v), statistics.median(b for _, b in v)
-        print(f"{w:<24} wall {wall:6.2f} ms   CPU {cpu:6.2f} ms")
+        walls = sorted(a for a, _ in v)
+        wall, cpu = statistics.median(walls), statistics.median(b for _, b in v)
+        p90, p99 = walls[int(0.9 * (len(walls) - 1))], walls[int(0.99 * (len(walls) - 1))]
+        print(f"{w:<24} wall {wall:6.2f} ms (p90 {p90:6.2f}, p99 {p99:6.2f})   CPU {cpu:6.2f} ms")
 
 
 def _fsync_each(fds, together):
