@@ -592,6 +592,34 @@ async def test_the_nodes_route_sends_a_data_parallel_runs_time_per_rank_as_spent
     assert alone["ranks"] == [] and alone["straggler"] is None
 
 
+async def test_a_damaged_rank_series_leaves_the_nodes_route_answering_the_nodes_and_naming_the_damage(
+        jp_fetch, layout):
+    """The ranks are the nodes route's optional part: a rank series whose
+    bytes no longer match their checksum answered 422 for the whole route,
+    so the run's Time view showed nothing. Now the nodes' times answer, no
+    rank is served from the damaged bytes, and the damage is named."""
+    from somatize import Recorder
+
+    with Recorder(layout["store"], run="ddp") as rec:
+        rec({"fact": "ranks", "value": 2})
+        for i in range(6):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 30})
+            rec({"fact": "finished", "took_us": 40})
+            for rank, us in ((0, 900), (1, 600)):
+                rec({"fact": "rank_us", "rank": rank, "value": us + i})
+    series = layout["store"] / "runs" / "ddp" / "series" / "rank_us%2Frank1.bin"
+    data = bytearray(series.read_bytes())
+    data[-1] ^= 0xFF  # the last value's last byte: the checksum the summary holds no longer matches
+    series.write_bytes(bytes(data))
+    sid = await the_store(jp_fetch)
+    got = await get(jp_fetch, "stores", sid, "runs", "ddp", "nodes")
+    assert [n["node"] for n in got["nodes"]] == ["body"] and got["nodes"][0]["ran"] == 6
+    assert got["ranks"] == [] and got["straggler"] is None
+    problem = got["ranks_problem"]
+    assert "rank_us%2Frank1.bin does not verify" in problem and str(layout["store"]) not in problem
+
+
 async def test_delete_removes_one_run_and_leaves_the_others(jp_fetch, layout):
     sid = await the_store(jp_fetch)
     r = await jp_fetch("somatize", "stores", sid, "runs", "alpha", method="DELETE")

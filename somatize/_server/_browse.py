@@ -391,12 +391,17 @@ class Browser:
         """A data-parallel run's time per rank and its straggler, as ``spent``
         computes them (``record._ranks.rank_time``): ``{"ranks": [{"rank",
         "mean_us", "steps"}], "straggler": {...} or None}``; no ranks for a
-        run of one process."""
+        run of one process. A rank series that is damaged answers no ranks
+        and ``ranks_problem`` saying what is damaged, so the route that sends
+        them with the nodes' times (``NodesHandler``) still answers those."""
         from ..record._ranks import rank_time
 
         root, _ = self.run_folder(sid, run)
-        with self._noting_damage(sid, run):
-            return rank_time(root, run)
+        try:
+            with self._noting_damage(sid, run):
+                return rank_time(root, run)
+        except DamagedError as e:  # a damaged rank series: the nodes' own times still answer, the damage named
+            return {"ranks": [], "straggler": None, "ranks_problem": public_text(str(e), root)}
 
     def facts(self, sid: str, run: str, forward: int = 0) -> dict:
         """The facts of one forward (a page), with how many forwards there are."""
