@@ -98,3 +98,56 @@ def _svg_duration(us):
     from somatize._pictures._svg import duration_us
 
     return duration_us(us)
+
+
+DAMAGED_JS = r"""panel => {
+  const box = [...panel.querySelectorAll('.smz-spent-run')]
+    .find(b => b.querySelector('.smz-spent-title').textContent === 'ddp');
+  const said = box.querySelector('.smz-ranks-problem');
+  const probe = document.createElement('span');  // the theme's error colour, as computed
+  probe.style.color = 'var(--jp-error-color1)';
+  box.appendChild(probe);
+  const error = getComputedStyle(probe).color;
+  probe.remove();
+  return {
+    nodes: [...box.querySelectorAll('.smz-bar-row[data-node]')].map(r => r.dataset.node),
+    ranks: box.querySelectorAll('.smz-rank-row').length,
+    title: box.querySelector('.smz-ranks-title')?.textContent ?? null,
+    said: said?.textContent ?? null,
+    color: said ? getComputedStyle(said).color : null,
+    error,
+    inside: said ? said.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1 : null,
+  };
+}"""
+
+
+def test_a_run_whose_rank_series_is_damaged_shows_its_nodes_and_says_what_is_damaged(tmp_path):
+    """A rank series whose bytes no longer match their checksum: the time
+    view still draws the run's nodes, draws no rank from the damaged bytes,
+    and says in the theme's error colour which file does not verify (the
+    nodes route's ranks_problem; the route answered 422 for all of it)."""
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    root = tmp_path / "root"
+    store = Store(root / "store")
+    record(store, "ddp", MEAN_US)
+    record(store, "alone", {})
+    series = root / "store" / "runs" / "ddp" / "series" / "rank_us%2Frank1.bin"
+    data = bytearray(series.read_bytes())
+    data[-1] ^= 0xFF
+    series.write_bytes(bytes(data))
+    with sidebar_page(root, tmp_path) as page:
+        panel = open_two_runs(page, "ddp", "alone")
+        panel.locator(".smz-ranks-problem").wait_for(timeout=30_000)
+        got = panel.evaluate(DAMAGED_JS)
+        assert got["nodes"] == ["body", "head"] and got["ranks"] == 0
+        assert got["title"] == "Each rank's own work a step, before it waits for the others"
+        assert got["said"].startswith("Not shown: run 'ddp': ") and "rank_us%2Frank1.bin does not verify" in got["said"]
+        assert str(root) not in got["said"]  # the server's paths are not the reader's business
+        assert got["color"] == got["error"] and got["inside"]
+        panel.locator(".smz-ranks-problem").scroll_into_view_if_needed()
+        shoot(page, str(SHOTS / "damaged-light"))
+        theme(page, "JupyterLab Dark", light=False)
+        panel.locator(".smz-ranks-problem").scroll_into_view_if_needed()
+        dark = panel.evaluate(DAMAGED_JS)
+        assert dark["color"] == dark["error"] and dark["said"] == got["said"]
+        shoot(page, str(SHOTS / "damaged-dark"))

@@ -26,6 +26,7 @@ export interface IStraggler {
 export interface IRankTime {
   ranks?: IRank[];
   straggler?: IStraggler | null;
+  ranks_problem?: string; // a rank series that is damaged: no ranks sent, the damage said
 }
 
 /** Microseconds as `spent` says them (_pictures/_svg.duration_us): µs, ms or s, three digits. */
@@ -46,16 +47,21 @@ export function stragglerText(s: IStraggler): string {
 /**
  * The rows a run's box in the time view (a grid of name, track, text) gets
  * for its ranks: a heading, a bar a rank (grey, the straggler's in the
- * warning colour, its name in bold), and the straggler named. None for a run of one process.
+ * warning colour, its name in bold), and the straggler named. None for a run of one process;
+ * for a run whose rank series is damaged, the heading and what is damaged.
  */
 export function rankRows(time: IRankTime): HTMLElement[] {
   const ranks = time.ranks ?? [];
+  const title = "Each rank's own work a step, before it waits for the others";
+  if (time.ranks_problem) {
+    const said = `Not shown: ${time.ranks_problem}`;
+    return [el('div', 'smz-ranks-title', title), el('p', 'smz-ranks-problem', said)];
+  }
   if (!ranks.length) {
     return [];
   }
   const slow = time.straggler ? time.straggler.rank : null;
   const most = Math.max(1, ...ranks.map(r => r.mean_us));
-  const title = "Each rank's own work a step, before it waits for the others";
   const out: HTMLElement[] = [el('div', 'smz-ranks-title', title)];
   for (const r of ranks) {
     const row = el('div', 'smz-bar-row smz-rank-row');

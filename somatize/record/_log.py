@@ -250,14 +250,22 @@ def verified(path: Path, size: int, want: int | None, run: str, what: str) -> by
     try:
         data = _files.read_bytes(path, size) or b""
     except _files.NotAFile as e:
-        raise DamagedError(f"run {run!r}: {e}; {_fix(path)}") from None
+        raise _unverified(f"run {run!r}: {e}", str(e), path) from None
     if len(data) < size:
-        raise DamagedError(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, "
-                           f"a completed flush wrote {size}; {_fix(path)}")
+        raise _unverified(f"run {run!r}: {what} {path.name} holds {len(data)} bytes, a completed flush wrote {size}",
+                          f"it holds {len(data)} bytes, a completed flush wrote {size}", path)
     if want is not None and checksum(data) != want:
-        raise DamagedError(f"run {run!r}: {what} {path.name} does not match the checksum its summary holds; "
-                           f"{_fix(path)}")
+        raise _unverified(f"run {run!r}: {what} {path.name} does not match the checksum its summary holds",
+                          "its bytes do not match the checksum its summary holds", path)
     return data
+
+
+def _unverified(said, why, path) -> DamagedError:
+    """The DamagedError of ``verified``: ``said`` and the fix; ``why``, the
+    damage alone, kept on it for a caller that names the file itself."""
+    e = DamagedError(f"{said}; {_fix(path)}")
+    e.why = why
+    return e
 
 
 def _fix(path) -> str:

@@ -197,8 +197,8 @@ class _Run:
             path = _log.series_file(self.folder / SERIES, name)
             try:
                 raw = _log.verified(path, size, want, self.name, "series")
-            except DamagedError as e:
-                raise self.damaged(path, f"does not verify ({e})") from None
+            except DamagedError as e:  # said once, with one fix
+                raise self.damaged(path, f"does not verify: {getattr(e, 'why', e)}") from None
             points = _log.points_of(raw)
         pending = self.points.get(name)
         if pending:
