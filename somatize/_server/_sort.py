@@ -29,10 +29,9 @@ The order, the same for every column:
 
 from __future__ import annotations
 
-import difflib
-
 import orjson
 
+from .._base.near import close_names
 from ..record._columns import FIXED, QUERY_STATS
 from ._public import Bad
 
@@ -85,7 +84,7 @@ class Order:
         have = sorted({k for c in columns for k in c if k not in NAMES})
         # a fact named alone (loss: loss.best) or a config key without its prefix (lr: config.lr) first
         close = [c for c in (f"{self.column}.best", f"config.{self.column}") if c in have]
-        close += [c for c in difflib.get_close_matches(self.column, [*NAMES, *have[:5_000]], n=3, cutoff=0.6)
+        close += [c for c in close_names(self.column, [*NAMES, *have], n=3, cutoff=0.6)
                   if c not in close]
         close = close[:3]
         config = [k for k in have if k.startswith("config.")]

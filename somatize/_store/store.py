@@ -70,7 +70,6 @@ folder, or the whole store), the next write makes them again.
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import secrets
@@ -90,6 +89,7 @@ from .._base.errors import (
     SomatizeValueError,
     StoreNotWritable,
 )
+from .._base.near import AMONG, close_names
 from . import files as _files
 from .check import check as _check
 from .files import MAP_AT, FileInTheWay, Refused
@@ -101,7 +101,6 @@ FORMAT = 2  # its objects may be SMZ2, which a reader of format 1 would call dam
 _READS = (1, 2)
 _OWN = {MARKER, "objects", "names", "runs", "tmp"}
 _STALE_TMP_S = 3600
-_CLOSE_AMONG = 5000  # names compared when suggesting close ones
 _SMALL_FILE = 1024  # the most bytes a marker or a ref may hold (a ref is 71)
 REPEATED_LIMIT = 1 << 30  # bytes repeated references may add to a recalled value (see the docstring)
 _opened = {}  # (root, readonly) -> Store: as_store opens a path once per process
@@ -522,10 +521,10 @@ class Store:
 
     def _unknown(self, name):
         known = self.names()
-        if len(known) > _CLOSE_AMONG:  # difflib compares one by one: stay near the name
+        if len(known) > AMONG:  # close_names compares the first AMONG: those near the name first
             head = name.split("/")[0]
-            known = [n for n in known if n.split("/")[0] == head][:_CLOSE_AMONG]
-        close = difflib.get_close_matches(name, known, n=5)
+            known = [n for n in known if n.split("/")[0] == head]
+        close = close_names(name, known, n=5)
         hint = f" Close names: {', '.join(map(repr, close))}." if close else ""
         return f"no name {name!r} in {self!r}.{hint} store.names() lists every name."
 

@@ -15,7 +15,6 @@ for it, from memory (a query never makes a live Recorder write).
 
 from __future__ import annotations
 
-import difflib
 import errno
 import fcntl
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._base.forks import fork_safe
+from .._base.near import close_names
 from .._store import files as _store_files
 from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
@@ -107,7 +107,7 @@ def existing_folder(root: Path, run) -> Path:
     if recorded(folder):
         return folder
     names = [n for n in run_names(root) if n != run and recorded(os.path.join(root, "runs", n))]
-    close = difflib.get_close_matches(run, names, n=3, cutoff=0.5)
+    close = close_names(run, names, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
     if os.path.isdir(folder):  # a folder, but nothing recorded in it: not listed either
         hint = f"its folder holds nothing recorded (no {SUMMARY}, no {LOG}); " + hint
