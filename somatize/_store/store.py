@@ -523,7 +523,7 @@ class Store:
         known = self.names()
         if len(known) > AMONG:  # close_names compares the first AMONG: those near the name first
             head = name.split("/")[0]
-            known = [n for n in known if n.split("/")[0] == head]
+            known = [n for n in known if n.split("/")[0] == head] or known
         close = close_names(name, known, n=5)
         hint = f" Close names: {', '.join(map(repr, close))}." if close else ""
         return f"no name {name!r} in {self!r}.{hint} store.names() lists every name."
