@@ -10,9 +10,11 @@ exit handlers to read); a forked child (a DataLoader worker) forgets its
 parent's Recorders.
 
 Why a Recorder younger than FLUSH_EVERY is left alone: a background flush
-costs its thread ~6 ms of CPU on this machine kind (its fsyncs one after the
-other, ~125 us of kernel time each), taken from the training loop on 2
-cores, and the close commits every file again; measured on whole 300-step
+cost its thread ~6 ms of CPU on this machine kind when it fsynced its files
+one after the other (~125 us of kernel time each; one syncfs now, where
+``sync_all`` may: 0.2 ms), and it holds the GIL while it encodes, which the
+training loop keeps coming back for (bench/RESULTS.md, stop 27); the close
+commits every file again; measured on whole 300-step
 runs, flushing such young runs made them ~3-4% slower than leaving them to
 their close (bench/RESULTS.md, the Recorder's fixed cost).
 
@@ -49,7 +51,7 @@ def flush_all(now=None):
         recorders = [r for r in LIVE.values() if now - r._born >= FLUSH_EVERY]
     for recorder in recorders:
         try:
-            recorder._flush(background=True)  # its fsyncs one after the other (sync_all)
+            recorder._flush(background=True)  # synced on this thread (sync_all: one syncfs, or fsyncs in turn)
         except Exception:
             pass  # the recorder keeps it and raises it at its owner's next call
 

@@ -177,6 +177,7 @@ class Recorder:
         # "" (the run's folder) and SERIES stand for the folders held open (_dirs).
         self._new_in: set = {"" if p == folder else p for p in made or ()}
         self._lock_fd = None
+        self._unsynced = None  # fd of a new run's first summary, synced with its first commit (_open)
         self._holders = Holders()  # producers that hold facts back (held_by)
         if resume:  # a notebook cell run again: take the run over from the old Recorder
             with LIVE_LOCK:
@@ -240,7 +241,8 @@ class Recorder:
         """``flush``; ``state`` (a function that marks the run's state in its
         summary) is written with the commit's summary, so a close writes the
         summary once; ``background``: the flusher's, beside the training, so
-        its files are fsynced one after the other (``sync_all``). Returns
+        its files are synced on its own thread (``sync_all``: one syncfs, or an
+        fsync each one after the other). Returns
         whether it was (False: nothing to commit)."""
         if os.getpid() != self._pid:
             # A forked child must not write its parent's run, nor take its
@@ -437,7 +439,7 @@ class Recorder:
         """Log first, then series, index, summary: each file only ever holds
         what the ones written before it hold (a kill -9 keeps every write()
         made). Then the log, the series, the index, every folder that
-        gained a file and the summary's temp file are fsynced together, in
+        gained a file and the summary's temp file are synced together, in
         one round (``sync_all``), and only then is the summary that counts
         them renamed in: it is the commit, so nothing needs syncing before
         another but all before it (a test traces the calls). One round
@@ -483,7 +485,8 @@ class Recorder:
         self._write_summary(written, together)
 
     def _synced(self, fds, together=True):
-        """fsync ``fds`` and every folder that gained a file since the last
+        """Sync ``fds`` (``sync_all``: one syncfs, or an fsync each), a new
+        run's first summary (``_open``) and every folder that gained a file since the last
         commit together (the new files' names survive a power cut before the
         summary counts them)."""
         held, opened = [], []
@@ -493,19 +496,27 @@ class Recorder:
                     held.append(self._dir(folder))
                 else:
                     opened.append(os.open(folder, _OPEN_DIR))
-            sync_all(fds + held + opened, together)
+            first = [] if self._unsynced is None else [self._unsynced]
+            sync_all(fds + first + held + opened, together)
         finally:
             for fd in opened:
                 os.close(fd)
         self._new_in = set()
+        self._close_unsynced()
+
+    def _close_unsynced(self):
+        if self._unsynced is not None:
+            os.close(self._unsynced)
+            self._unsynced = None
 
     def _write_summary(self, written=None, together=True, durable=True):
-        """Write the summary to a temp file, fsync it and rename it in.
-        ``written``: the files this summary counts, fsynced with it and the
+        """Write the summary to a temp file, sync it and rename it in.
+        ``written``: the files this summary counts, synced with it and the
         folders that gained a file, in one round (``_synced``), all before
         the rename; None: the temp file alone (nothing new to count).
-        ``durable=False``: not fsynced (a new run's first summary, which
-        counts nothing: see ``_open``)."""
+        ``durable=False``: its file kept open and synced with the next
+        commit's files, not now (a new run's first summary, which counts
+        nothing: see ``_open``)."""
         self._summary["updated"] = time.time()
         tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
@@ -514,15 +525,20 @@ class Recorder:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
         except OSError as e:
             raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
+        kept = False
         try:
             data = orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY)
-            if written is None:
-                (append_durably if durable else _append)(fd, data)
+            if written is None and not durable:
+                write_all(fd, [data])
+                self._unsynced, kept = fd, True  # synced with the first commit's files (_synced)
+            elif written is None:
+                append_durably(fd, data)
             else:
                 write_all(fd, [data])
                 self._synced([*written, fd], together)
         finally:
-            os.close(fd)
+            if not kept:
+                os.close(fd)
         os.replace(tmp, self.folder / SUMMARY)
 
     def _dir(self, sub):
@@ -615,12 +631,14 @@ class Recorder:
         self._forward = max(summary["forwards"] - 1, 0)
         self._has_facts = True if summary["forwards"] > 0 else None  # None: no forward began (see _group)
         # A new run's first summary says "running" to other processes and
-        # counts nothing, so it is not fsynced (~0.7 ms of Recorder()): a
-        # power cut before the run's first commit (which fsyncs the summary
-        # and the folders) may leave it empty, and a run folder whose
-        # summary is empty and which holds no facts lists as no run
-        # (_runs.load_summary). A resumed run's summary counts its facts:
-        # replaced durably.
+        # counts nothing, so Recorder() does not wait for its fsync (~0.7 ms):
+        # its file is kept open and synced with the first commit's files,
+        # before that commit renames its own summary over it (if a power cut
+        # loses that rename, the name still points at this one, whole). A
+        # power cut before the first commit may leave it empty, and a run
+        # folder whose summary is empty and which holds no facts lists as no
+        # run (_runs.load_summary, _runs.recorded). A resumed run's summary
+        # counts its facts: replaced durably.
         self._write_summary(durable=old is not None)
         if replay:
             batch = _Batch()
@@ -630,6 +648,7 @@ class Recorder:
 
     def _release(self):
         self._close_files()
+        self._close_unsynced()
         for fd in self._dirs.values():
             os.close(fd)
         self._dirs.clear()

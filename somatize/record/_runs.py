@@ -119,18 +119,21 @@ def existing_folder(root: Path, run) -> Path:
 
 
 def recorded(folder, at: int | None = None) -> bool:
-    """Whether a folder of ``runs/`` holds a run: a summary.json or a
-    facts.log, of whatever kind (what is no file lists as damaged). A folder
-    with neither is one being made, or no run: the listing (``summaries``)
+    """Whether a folder of ``runs/`` holds a run: a summary.json that is not
+    empty or a facts.log, of whatever kind (what is no file lists as
+    damaged). A folder with neither (or only an empty summary: see
+    ``load_summary``) is one being made, or no run: the listing (``summaries``)
     leaves it out, and nothing counts it. ``at``: a descriptor of ``runs/``,
     ``folder`` then the run's name; nothing is followed."""
     for name in (SUMMARY, LOG):
         try:
-            os.stat(os.path.join(folder, name), dir_fd=at, follow_symlinks=False)
+            st = os.stat(os.path.join(folder, name), dir_fd=at, follow_symlinks=False)
         except FileNotFoundError:
             continue
         except OSError:  # not ours to look into: it lists, as damaged
             return True
+        if name == SUMMARY and st.st_size == 0 and stat.S_ISREG(st.st_mode):
+            continue  # a new run's first summary, emptied by a power cut: a run only if facts.log is there
         return True
     return False
 
@@ -144,9 +147,9 @@ def load_summary(folder: Path, at: int | None = None) -> dict | None:
     if raw is None:
         return None
     if not raw and not _holds(folder, LOG, at):
-        # A new run's first summary is not fsynced (it counts nothing:
-        # Recorder._open); a power cut before the run's first commit can
-        # leave it empty. No facts, no run: one being made.
+        # A new run's first summary is synced with its first commit, not
+        # before (it counts nothing: Recorder._open); a power cut before
+        # that commit can leave it empty. No facts, no run: one being made.
         return None
     if len(raw) > MAX_BYTES:
         raise Broken(f"is over {MAX_BYTES} bytes: not one a Recorder wrote")
@@ -235,7 +238,7 @@ def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     was written, or not a regular file), else None. The one check of it: the
     listing marks such a run damaged, a query that needs the whole log raises
     ``DamagedError``. One lstat, so a listing stays one stat a run more than
-    the summaries it reads. The log is written and fsynced before the summary
+    the summaries it reads. The log is written and synced before the summary
     that counts it, so a sound run never reads short, even while it runs."""
     try:
         size = _store_files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
