@@ -571,11 +571,11 @@ async def test_per_node_time_and_facts_one_forward_a_page(jp_fetch, layout):
     assert e.value.code == 400
 
 
-async def test_the_nodes_route_sends_a_data_parallel_runs_time_per_rank_as_spent_computes_it(jp_fetch, layout):
+def record_ddp(store):
+    """A data-parallel run "ddp" of two ranks: rank 0 900-905 µs a step, rank 1 600-605."""
     from somatize import Recorder
-    from somatize.record import spent
 
-    with Recorder(layout["store"], run="ddp") as rec:
+    with Recorder(store, run="ddp") as rec:
         rec({"fact": "ranks", "value": 2})
         for i in range(6):
             rec.forward_began()
@@ -583,6 +583,12 @@ async def test_the_nodes_route_sends_a_data_parallel_runs_time_per_rank_as_spent
             rec({"fact": "finished", "took_us": 40})
             for rank, us in ((0, 900), (1, 600)):
                 rec({"fact": "rank_us", "rank": rank, "value": us + i})
+
+
+async def test_the_nodes_route_sends_a_data_parallel_runs_time_per_rank_as_spent_computes_it(jp_fetch, layout):
+    from somatize.record import spent
+
+    record_ddp(layout["store"])
     sid = await the_store(jp_fetch)
     got = await get(jp_fetch, "stores", sid, "runs", "ddp", "nodes")
     want = spent(layout["store"], run="ddp")
@@ -598,16 +604,7 @@ async def test_a_damaged_rank_series_leaves_the_nodes_route_answering_the_nodes_
     bytes no longer match their checksum answered 422 for the whole route,
     so the run's Time view showed nothing. Now the nodes' times answer, no
     rank is served from the damaged bytes, and the damage is named."""
-    from somatize import Recorder
-
-    with Recorder(layout["store"], run="ddp") as rec:
-        rec({"fact": "ranks", "value": 2})
-        for i in range(6):
-            rec.forward_began()
-            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 30})
-            rec({"fact": "finished", "took_us": 40})
-            for rank, us in ((0, 900), (1, 600)):
-                rec({"fact": "rank_us", "rank": rank, "value": us + i})
+    record_ddp(layout["store"])
     series = layout["store"] / "runs" / "ddp" / "series" / "rank_us%2Frank1.bin"
     data = bytearray(series.read_bytes())
     data[-1] ^= 0xFF  # the last value's last byte: the checksum the summary holds no longer matches

@@ -660,10 +660,6 @@ class Recorder:
             self._lock_fd = None
 
 
-def _append(fd, data):
-    write_all(fd, [data])
-
-
 def launched_rank() -> int:
     """The rank a launcher gave this process (``RANK``, set by torchrun and
     ``somatize.torch.launch``), 0 when none did."""
