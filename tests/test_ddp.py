@@ -186,6 +186,38 @@ def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_pa
     assert "rank 1 is the straggler" in s.to_html()
 
 
+def test_spent_of_a_run_whose_rank_series_is_damaged_shows_the_nodes_and_names_the_damage(tmp_path):
+    """spent raised DamagedError for the whole panel when one rank series
+    no longer matched its checksum; the ranks are its optional part, so now
+    the nodes' times show, no rank is drawn from the damaged bytes, and the
+    damage is named (the file, and what to do) in the panel, its picture
+    and its text."""
+    from somatize.record import spent
+
+    store = Store(tmp_path / "s")
+    with somatize.Recorder(store, run="r") as rec:
+        rec({"fact": "ranks", "value": 2})
+        for i in range(4):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
+            rec({"fact": "finished", "took_us": 12})
+            for rank in (0, 1):
+                rec({"fact": "rank_us", "rank": rank, "value": 1000 + rank})
+    series = tmp_path / "s" / "runs" / "r" / "series" / "rank_us%2Frank1.bin"
+    data = bytearray(series.read_bytes())
+    data[-1] ^= 0xFF  # its last value's last byte: the checksum the summary holds no longer matches
+    series.write_bytes(bytes(data))
+    s = spent(store, run="r")
+    assert [r["label"] for r in s.rows if r["kind"] == "node"] == ["body"] and s.rows[0]["count"] == 4
+    assert s.ranks == [] and s.straggler is None
+    assert "rank_us%2Frank1.bin does not verify" in s.ranks_problem
+    html = s.to_html()
+    assert "smz-ranks-problem" in html and "Not shown:" in html and "rank_us%2Frank1.bin" in html
+    assert "ranks not shown:" in repr(s) and "rank_us%2Frank1.bin" in repr(s)
+    series.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))  # mended: the ranks are back
+    assert [r["rank"] for r in spent(store, run="r").ranks] == [0, 1] and spent(store, run="r").ranks_problem is None
+
+
 def test_fit_over_a_distributed_sampler_killed_mid_epoch_resumes_exactly_and_evaluates_over_every_rank(tmp_path):
     whole = launch(ddp_tasks.fitted, str(tmp_path / "whole"), nprocs=2, timeout_s=TIMEOUT_S)
     assert whole["steps"] == 8  # 48 examples, 24 a rank, 6 a batch, 2 epochs

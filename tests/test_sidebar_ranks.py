@@ -151,3 +151,53 @@ def test_a_run_whose_rank_series_is_damaged_shows_its_nodes_and_says_what_is_dam
         dark = panel.evaluate(DAMAGED_JS)
         assert dark["color"] == dark["error"] and dark["said"] == got["said"]
         shoot(page, str(SHOTS / "damaged-dark"))
+
+
+def test_spent_of_a_damaged_rank_series_in_chromium_draws_the_nodes_and_names_the_damage(tmp_path):
+    """spent's static picture (what GitHub, nbviewer and nbconvert show) of
+    the same damaged run, in Chromium at 1400 and 800 px: the nodes' bars
+    drawn, no rank bar, and the damage said in the error colour inside the
+    panel's frame, not under or past it. It raised DamagedError before."""
+    from playwright.sync_api import sync_playwright
+
+    from labtools import FLAGS
+
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    store = Store(tmp_path / "store")
+    record(store, "ddp", MEAN_US)
+    series = tmp_path / "store" / "runs" / "ddp" / "series" / "rank_us%2Frank1.bin"
+    data = bytearray(series.read_bytes())
+    data[-1] ^= 0xFF
+    series.write_bytes(bytes(data))
+    html = spent(store, run="ddp").to_html()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.route("http*://**", lambda route: route.abort())  # offline, as nbconvert's HTML is read
+            page.set_content(f"<!doctype html><meta charset='utf-8'><body>{html}</body>")
+            for width in (1400, 800):
+                page.set_viewport_size({"width": width, "height": 1000})
+                got = page.evaluate(r"""() => {
+                  const frame = document.querySelector('.somatize-static').getBoundingClientRect();
+                  const said = document.querySelector('.smz-ranks-problem');
+                  const box = said.getBoundingClientRect();
+                  const pics = [...document.querySelectorAll('img.somatize-picture')];
+                  return {said: said.textContent, color: getComputedStyle(said).color,
+                          inside: box.left >= frame.left && box.right <= frame.right && box.bottom <= frame.bottom,
+                          drawn: pics.filter(i => i.complete && i.naturalWidth > 0).length,
+                          labels: pics.map(i => i.alt || i.getAttribute('aria-label') || '')};
+                }""")
+                assert got["said"].startswith("Not shown: run 'ddp': ") and "rank_us%2Frank1.bin does not verify" in got["said"]
+                assert got["color"] == "rgb(220, 38, 38)"  # _svg.BAD's colour outside a theme
+                assert got["inside"], got
+                assert got["drawn"] >= 2  # the nodes' bars and the forward's timeline
+                assert "ranks" not in got["labels"]  # no rank bars drawn from the damaged bytes
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(SHOTS / f"spent-damaged-static-{width}.png"), full_page=True)
+            series.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))  # mended: the rank bars are back
+            page.set_content(f"<!doctype html><meta charset='utf-8'><body>{spent(store, run='ddp').to_html()}</body>")
+            alts = page.evaluate("() => [...document.querySelectorAll('img.somatize-picture')].map(i => i.alt)")
+            assert "ranks" in alts and page.locator(".smz-ranks-problem").count() == 0
+        finally:
+            browser.close()

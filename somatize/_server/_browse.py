@@ -277,10 +277,13 @@ class Browser:
         try:
             yield
         except DamagedError:
-            with self._lock:
-                self._rows.get(sid, {}).pop(run, None)
-                self._damage[sid] = self._damage.get(sid, 0) + 1
+            self._damaged(sid, run)
             raise
+
+    def _damaged(self, sid: str, run: str):
+        with self._lock:
+            self._rows.get(sid, {}).pop(run, None)
+            self._damage[sid] = self._damage.get(sid, 0) + 1
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
@@ -397,11 +400,12 @@ class Browser:
         from ..record._ranks import rank_time
 
         root, _ = self.run_folder(sid, run)
-        try:
-            with self._noting_damage(sid, run):
-                return rank_time(root, run)
-        except DamagedError as e:  # a damaged rank series: the nodes' own times still answer, the damage named
-            return {"ranks": [], "straggler": None, "ranks_problem": public_text(str(e), root)}
+        with self._noting_damage(sid, run):
+            got = rank_time(root, run)
+        if "ranks_problem" in got:  # a damaged rank series: the nodes' own times still answer, the damage named
+            self._damaged(sid, run)
+            got["ranks_problem"] = public_text(got["ranks_problem"], root)
+        return got
 
     def facts(self, sid: str, run: str, forward: int = 0) -> dict:
         """The facts of one forward (a page), with how many forwards there are."""

@@ -251,6 +251,10 @@ def spent_inner(d, graph=None, narrow=False):
                         + (f": {straggler_text(d)}" if d["straggler"] else "")))
         parts.append(_both(_svg.bars_svg(rank_bars, title="ranks", unit_label=label),
                            narrow and _svg.bars_svg_narrow(rank_bars, title="ranks", unit_label=label)))
+    elif d.get("ranks_problem"):  # a damaged rank series: no rank drawn from its bytes, the damage named
+        parts.append(_h("Each rank's own work a step"))
+        parts.append(f"<div class='smz-ranks-problem' style='font-size:12px;color:{_svg.BAD};"
+                     f"overflow-wrap:anywhere'>Not shown: {escape(d['ranks_problem'])}</div>")
     t = d["timeline"]
     if t and t["spans"]:
         longest = max(s["took_us"] for s in t["spans"])
@@ -337,6 +341,8 @@ class Spent:
         self.slowest = data["slowest"]
         self.ranks = data["ranks"]  # a data-parallel run's ranks: [{"rank", "mean_us", "steps"}]
         self.straggler = data["straggler"]  # the slowest rank and by how much, or None
+        # a rank series that is damaged: what is wrong and how to mend it (then no ranks), else None
+        self.ranks_problem = data.get("ranks_problem")
 
     def to_html(self):
         """The static picture: what GitHub, nbviewer and nbconvert show."""
@@ -361,6 +367,8 @@ class Spent:
             lines.append(f"  rank {r['rank']:<29} {_svg.duration_us(r['mean_us']):>10}  a step{mark}")
         if self.straggler:
             lines.append("  " + straggler_text(self.data))
+        if self.ranks_problem:
+            lines.append(f"  ranks not shown: {self.ranks_problem}")
         return "\n".join(lines)
 
 

@@ -54,6 +54,17 @@ def straggler_of(ranks):
 
 
 def rank_time(store, run):
-    """{"ranks": ranks_of(...), "straggler": straggler_of(...)} of a run."""
-    ranks = ranks_of(store, run)
+    """{"ranks": ranks_of(...), "straggler": straggler_of(...)} of a run.
+
+    The ranks are an optional part of what ``spent`` and the run browser
+    show: a rank series that is damaged (its bytes no longer match their
+    checksum) answers no ranks and ``"ranks_problem"``, the damage's own
+    message (naming the file and the fix), so the nodes' times still show;
+    no number is read from the damaged bytes."""
+    from .._base.errors import DamagedError
+
+    try:
+        ranks = ranks_of(store, run)
+    except DamagedError as e:
+        return {"ranks": [], "straggler": None, "ranks_problem": str(e)}
     return {"ranks": ranks, "straggler": straggler_of(ranks)}
