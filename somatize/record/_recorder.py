@@ -578,6 +578,11 @@ class Recorder:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise DamagedError(f"{self.folder / sub / name} is not a regular file; move it away")
+            if self._fresh:
+                # A new run's folder holding a file it never wrote: left by a first commit a power
+                # cut cut short (an empty summary, no facts.log). The summary counts none of its
+                # bytes, so they go: appended to, they would sit before this run's own, unread.
+                os.ftruncate(fd, 0)
         fds[key] = fd
         if new:  # its name must survive a power cut as well as its bytes: synced before the summary
             self._new_in.add(sub)
@@ -618,6 +623,7 @@ class Recorder:
         else:
             old, replay = None, []
             self._hashers = {INDEX: xxhash.xxh3_64()}
+        self._fresh = old is None  # a new run: any file already in its folder counts for nothing (_open_file)
         now = time.time()
         summary = old or _summary.new(run, now)
         if old is None and config is not None:
