@@ -23,4 +23,7 @@ with Recorder(sys.argv[1], run="torchrun") as rec:
         t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
     t.deliver()
 print(f"rank {rank}: recording={rec.recording}")
+# Every rank done (rank 0's close included) before any tears gloo down: one rank
+# destroying its group while the other still closed once killed it with SIGABRT.
+dist.barrier()
 dist.destroy_process_group()
