@@ -197,7 +197,7 @@ def test_spent_of_a_run_whose_rank_series_is_damaged_shows_the_nodes_and_names_t
     store = Store(tmp_path / "s")
     with somatize.Recorder(store, run="r") as rec:
         rec({"fact": "ranks", "value": 2})
-        for i in range(4):
+        for _ in range(4):
             rec.forward_began()
             rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
             rec({"fact": "finished", "took_us": 12})

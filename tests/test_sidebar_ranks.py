@@ -158,9 +158,8 @@ def test_spent_of_a_damaged_rank_series_in_chromium_draws_the_nodes_and_names_th
     the same damaged run, in Chromium at 1400 and 800 px: the nodes' bars
     drawn, no rank bar, and the damage said in the error colour inside the
     panel's frame, not under or past it. It raised DamagedError before."""
-    from playwright.sync_api import sync_playwright
-
     from labtools import FLAGS
+    from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
     store = Store(tmp_path / "store")
@@ -188,7 +187,8 @@ def test_spent_of_a_damaged_rank_series_in_chromium_draws_the_nodes_and_names_th
                           drawn: pics.filter(i => i.complete && i.naturalWidth > 0).length,
                           labels: pics.map(i => i.alt || i.getAttribute('aria-label') || '')};
                 }""")
-                assert got["said"].startswith("Not shown: run 'ddp': ") and "rank_us%2Frank1.bin does not verify" in got["said"]
+                assert got["said"].startswith("Not shown: run 'ddp': ")
+                assert "rank_us%2Frank1.bin does not verify" in got["said"]
                 assert got["color"] == "rgb(220, 38, 38)"  # _svg.BAD's colour outside a theme
                 assert got["inside"], got
                 assert got["drawn"] >= 2  # the nodes' bars and the forward's timeline

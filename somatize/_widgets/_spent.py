@@ -376,5 +376,9 @@ def spent(store, run, forward=None, graph=None):
     """Where the time of `run` went: total and mean time per node, the
     engine's and the Trainer's own time, and a timeline of one forward (the
     last, or `forward=N`). `graph=g` also draws those times on the graph.
+    A data-parallel run also shows each rank's own work a step and names
+    its straggler (`.ranks`, `.straggler`); a rank series that is damaged
+    shows no rank and says what is damaged and how to mend it
+    (`.ranks_problem`), the nodes' times still shown.
     Displays as a panel; `.rows` holds the numbers."""
     return Spent(spent_data(store, run, forward), graph)
