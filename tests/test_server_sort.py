@@ -333,3 +333,117 @@ async def test_the_runs_route_sorts_pages_and_refuses_a_bad_column_with_400(jp_f
         assert e.value.code == 400
         message = orjson.loads(e.value.response.body)["message"]
         assert words in message and str(jp_root_dir) not in message
+
+
+# ---- a listing of several pages read while its runs move ---------------------------------------
+
+
+def _paged(browser, sid, between=None, **asked):
+    """Every page of a listing, as the sidebar reads it: the first page's
+    ``listing`` token sent with each later one; ``between(k)`` runs after
+    page ``k`` is read (a run moving meanwhile)."""
+    got, offset, listing, k = [], 0, "", 0
+    while offset is not None:
+        page = browser.runs(sid, offset=offset, limit=3, listing=listing, **asked)
+        got += [r["run"] for r in page["runs"]]
+        offset, listing = page["next"], page["listing"] or listing
+        if between is not None:
+            between(k)
+        k += 1
+    return got
+
+
+@pytest.mark.parametrize("asked", [{"sort": "loss.last"}, {"sort": "loss.last", "descending": True},
+                                   {"where": "loss.last < 100"}, {}], ids=["asc", "desc", "where", "by-name"])
+def test_a_listing_of_several_pages_lists_each_run_once_while_runs_move(tmp_path, asked):
+    """Pages were cut by offset from the order of the moment each was asked:
+    a running run whose loss moved it to the other end between two pages
+    was listed twice and another skipped (sorted), and so was a run made
+    between two pages (by name). Now later pages are cut from the order the
+    first page was cut from (the rows read now); what was made since shows
+    from the next first page."""
+    store = Store(tmp_path / "s")
+    for i in range(8):
+        with Recorder(store, run=f"r{i}") as r:
+            r.forward_began()
+            r({"fact": "loss", "value": float(i)})
+    live = Recorder(store, run="zz-live")  # named last, and last (asc) or first (desc) by its loss
+    live.forward_began()
+    live({"fact": "loss", "value": 50.0})
+    live.flush()
+    browser = Browser(tmp_path)
+    (sid,) = [s["id"] for s in browser.stores()]
+
+    def move(k):  # after the first page
+        if k != 0:
+            return
+        if "sort" in asked:  # the running run's loss takes it to the other end of the order
+            live.forward_began()
+            live({"fact": "loss", "value": -500.0 if asked.get("descending") else -50.0})
+            live.flush()
+        else:  # a run made, named first
+            with Recorder(store, run="a-new") as r:
+                r.forward_began()
+                r({"fact": "loss", "value": 1.0})
+
+    ordered = [f"r{i}" for i in range(8)]
+    want = ["zz-live", *reversed(ordered)] if asked.get("descending") else [*ordered, "zz-live"]
+    assert _paged(browser, sid, move, **asked) == want  # the order the listing began in, each run once
+    now = _paged(browser, sid, **asked)  # the next listing: what moved, where it stands now
+    assert sorted(now) == sorted(want + ([] if "sort" in asked else ["a-new"])) and len(now) == len(set(now))
+    if "sort" in asked:
+        assert now[0 if not asked.get("descending") else -1] == "zz-live"
+    assert browser.runs(sid, limit=100, **asked)["listing"] is None  # a listing of one page keeps nothing
+    live.close()
+
+
+def test_a_run_deleted_while_a_listing_is_read_is_left_out_and_an_unkept_listing_is_gone(tmp_path, monkeypatch):
+    from somatize._server import _browse
+    from somatize._server._public import Gone
+
+    store = Store(tmp_path / "s")
+    for i in range(7):
+        with Recorder(store, run=f"r{i}") as r:
+            r.forward_began()
+            r({"fact": "loss", "value": float(i)})
+    browser = Browser(tmp_path)
+    (sid,) = [s["id"] for s in browser.stores()]
+    first = browser.runs(sid, limit=3, sort="loss.last")
+    assert [r["run"] for r in first["runs"]] == ["r0", "r1", "r2"] and first["total"] == 7
+    browser.delete(sid, "r4")
+    second = browser.runs(sid, offset=3, limit=3, sort="loss.last", listing=first["listing"])
+    assert [r["run"] for r in second["runs"]] == ["r3", "r5"] and second["next"] == 6  # r4 gone from its page
+    third = browser.runs(sid, offset=6, limit=3, sort="loss.last", listing=first["listing"])
+    assert [r["run"] for r in third["runs"]] == ["r6"] and third["next"] is None
+    # the same order asked again: the same token (a poll of an unchanged listing asks the same URLs)
+    again = browser.runs(sid, limit=3, sort="loss.last")
+    assert again["listing"] == browser.runs(sid, limit=3, sort="loss.last")["listing"] != first["listing"]
+    monkeypatch.setattr(_browse, "LISTINGS", 2)  # the last two kept: two other listings push it out
+    browser.runs(sid, limit=3, sort="loss.last", descending=True)
+    assert browser.runs(sid, offset=3, limit=3, sort="loss.last", listing=again["listing"])["total"] == 6
+    browser.runs(sid, limit=3, sort="loss.last", descending=True)  # asked again: kept, not twice
+    browser.runs(sid, limit=3, where="loss.last < 5")
+    with pytest.raises(Gone, match="is no longer kept .* read its first page again"):
+        browser.runs(sid, offset=3, limit=3, sort="loss.last", listing=again["listing"])
+    with pytest.raises(Bad, match="listing must be the token a first page answered"):
+        browser.runs(sid, offset=3, limit=3, listing="../../etc")
+
+
+async def test_a_later_page_of_a_listing_no_longer_kept_answers_410(jp_fetch, jp_root_dir):
+    store = Store(jp_root_dir / "s")
+    for i in range(3):
+        with Recorder(store, run=f"r{i}") as r:
+            r.forward_began()
+            r({"fact": "loss", "value": float(i)})
+    stores = orjson.loads((await jp_fetch("somatize", "stores")).body)["stores"]
+    sid = stores[0]["id"]
+    page = orjson.loads((await jp_fetch("somatize", "stores", sid, "runs",
+                                        params={"limit": "2", "sort": "loss.last"})).body)
+    assert page["next"] == 2 and len(page["listing"]) == 16
+    rest = orjson.loads((await jp_fetch("somatize", "stores", sid, "runs", params={
+        "offset": "2", "limit": "2", "sort": "loss.last", "listing": page["listing"]})).body)
+    assert [r["run"] for r in rest["runs"]] == ["r2"] and rest["listing"] == page["listing"]
+    with pytest.raises(HTTPClientError) as e:
+        await jp_fetch("somatize", "stores", sid, "runs", params={
+            "offset": "2", "limit": "2", "sort": "loss.last", "listing": "0123456789abcdef"})
+    assert e.value.code == 410 and "read its first page again" in orjson.loads(e.value.response.body)["message"]

@@ -54,6 +54,8 @@ export interface IRunPage {
   total: number;
   offset: number;
   next: number | null;
+  /** A listing of several pages: the token its later pages are asked with, so they are cut from the first's order. */
+  listing: string | null;
 }
 
 /**

@@ -204,19 +204,36 @@ export class RunBrowser extends Widget {
     void this.refresh();
   }
 
-  /** Every page of a store's runs, as the server filters and sorts them. */
-  private async pages(store: IStore, where: string, sort: ISort | null): Promise<IRun[]> {
+  /**
+   * Every page of a store's runs, as the server filters and sorts them.
+   * Later pages are asked with the first page's `listing`, so they are cut
+   * from the order it was cut from: a running run whose loss moves it
+   * while the pages are read is listed once, not twice or never. A listing
+   * the server no longer keeps (410) is read again from its first page.
+   */
+  private async pages(store: IStore, where: string, sort: ISort | null, tries = 3): Promise<IRun[]> {
     const all: IRun[] = [];
     let offset: number | null = 0;
+    let listing: string | null = null;
     while (offset !== null) {
-      const page: IRunPage = await requestAPI<IRunPage>(`stores/${store.id}/runs`, {
-        offset,
-        limit: 1000,
-        ...(where ? { where } : {}),
-        ...(sort ? { sort: sort.column, order: sort.descending ? 'desc' : 'asc' } : {})
-      });
+      let page: IRunPage;
+      try {
+        page = await requestAPI<IRunPage>(`stores/${store.id}/runs`, {
+          offset,
+          limit: 1000,
+          ...(where ? { where } : {}),
+          ...(sort ? { sort: sort.column, order: sort.descending ? 'desc' : 'asc' } : {}),
+          ...(listing ? { listing } : {})
+        });
+      } catch (error) {
+        if (error instanceof RequestError && error.status === 410 && tries > 1) {
+          return this.pages(store, where, sort, tries - 1);
+        }
+        throw error;
+      }
       all.push(...page.runs);
       offset = page.next;
+      listing = page.listing ?? listing;
     }
     return all;
   }

@@ -33,14 +33,18 @@ The rules kept here and in those parts:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import re
 import stat
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+import orjson
+import xxhash
 
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._store import files
@@ -55,14 +59,16 @@ from ._delete import delete_run
 from ._discover import Walk, is_store
 from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
-from ._public import Bad, NotFound, public_text
+from ._public import Bad, Gone, NotFound, public_text
 from ._sort import Order, getter
-from ._tags import key_of, listing_tag, page_of, recorded_in
+from ._tags import key_of, keys_of, listing_tag, page_of, recorded_in
 
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
 CHART_RUNS = 20  # runs one chart overlays at most
 FACTS_PAGE = 10_000  # facts in one answer at most
+LISTINGS = 16  # orders of listings of more than one page kept, for their later pages (least recently asked out)
+_LISTING = re.compile(r"[0-9a-f]{16}")
 
 
 class Browser:
@@ -75,6 +81,8 @@ class Browser:
         self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
         self._recorded: dict[str, frozenset] = {}  # store id -> runs known to hold a run (_tags.page_of)
         self._damage: dict[str, int] = {}  # store id -> damage found by a query: part of the listing's tag
+        # (store id, listing token) -> the names of a listing of several pages, in its order (_listing)
+        self._listings: collections.OrderedDict[tuple[str, str], tuple[str, ...]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     # ---- stores ----------------------------------------------------------------
@@ -143,19 +151,31 @@ class Browser:
         return root, os.path.join(root, "runs", run)
 
     def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "",
-             sort: str = "run", descending: bool = False) -> dict:
+             sort: str = "run", descending: bool = False, listing: str = "") -> dict:
         """A page of the store's runs: ``runs`` (rows), ``total`` (runs
-        matching), ``offset``, ``next`` (offset of the next page, or None).
-        ``match``: a part of the run's name; ``where``: a query
+        matching), ``offset``, ``next`` (offset of the next page, or None),
+        ``listing``. ``match``: a part of the run's name; ``where``: a query
         (``record/_where``: ``config.lr < 1e-2 and loss.best < 0.1``),
         answered over every run of the store; ``sort``: the column the runs
         are in the order of (``_sort``: ``run`` by default, ``config.lr``,
         ``loss.best``, …; missing values last, ties by name), over every run
-        matching; then the page is cut."""
-        return self.runs_tagged(sid, offset, limit, match, where=where, sort=sort, descending=descending)[0]
+        matching; then the page is cut.
+
+        A listing of several pages is read in the order its first page was
+        cut from, whatever moves meanwhile: the first page (``offset=0``)
+        answers a ``listing`` token (None for a listing of one page), and a
+        later page asked with ``listing=<token>`` is cut from that order
+        (its rows read now), so no run is listed twice or skipped when a
+        running run's loss moves it while the pages are read. A run made
+        since shows at the next first page; one deleted since is left out
+        of its page. A token no longer kept (the last ``LISTINGS`` are)
+        answers ``Gone``: read the first page again."""
+        return self.runs_tagged(sid, offset, limit, match, where=where, sort=sort, descending=descending,
+                                listing=listing)[0]
 
     def runs_tagged(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "",
-                    unless=(), where: str = "", sort: str = "run", descending: bool = False) -> tuple[dict | None, str]:
+                    unless=(), where: str = "", sort: str = "run", descending: bool = False,
+                    listing: str = "") -> tuple[dict | None, str]:
         """``runs(...)`` and a tag that changes whenever the page would: the
         names on it, the identity of each one's summary file (a flush renames
         a new one in), the state of each running run (its lock may have been
@@ -166,12 +186,40 @@ class Browser:
         # a query that does not read, an order that names no column: refused before anything is read
         query = Query(where) if where else None
         order = Order(sort, descending)
+        if listing and not _LISTING.fullmatch(listing):
+            raise Bad(f"listing must be the token a first page answered (16 hex digits), not {listing[:40]!r}")
         with _COUNTER.listing():
             if query is not None or not order.by_name:
-                return self._runs_chosen(sid, offset, limit, match, unless, query, order)
-            return self._runs_tagged(sid, offset, limit, match, unless)
+                return self._runs_chosen(sid, offset, limit, match, unless, query, order, listing)
+            return self._runs_tagged(sid, offset, limit, match, unless, listing)
 
-    def _runs_chosen(self, sid, offset, limit, match, unless, query, order) -> tuple[dict | None, str]:
+    def _listing(self, sid, names, offset, limit, listing) -> tuple[list, str | None, int]:
+        """The names of the page at ``offset``, the listing's token and its
+        count of runs: cut
+        from the order kept for ``listing`` when one is given, else from
+        ``names`` (every run matching, in order), which a first page of
+        several keeps under a token made of it (the same order, the same
+        token: a poll of an unchanged listing asks the same URLs)."""
+        if listing:
+            with self._lock:
+                kept = self._listings.get((sid, listing))
+                if kept is not None:
+                    self._listings.move_to_end((sid, listing))
+            if kept is None:
+                raise Gone(f"the listing {listing} is no longer kept (the last {LISTINGS} are): read its first "
+                           "page again, without listing=")
+            return list(kept[offset: offset + limit]), listing, len(kept)
+        token = None
+        if offset == 0 and len(names) > limit:
+            token = xxhash.xxh3_64_hexdigest(orjson.dumps([sid, names]))
+            with self._lock:
+                self._listings[(sid, token)] = tuple(names)
+                self._listings.move_to_end((sid, token))
+                while len(self._listings) > LISTINGS:
+                    self._listings.popitem(last=False)
+        return names[offset: offset + limit], token, len(names)
+
+    def _runs_chosen(self, sid, offset, limit, match, unless, query, order, listing) -> tuple[dict | None, str]:
         """``runs_tagged`` with a query or an order of its own: every run's
         columns (kept with its row while its summary.json is the same) are
         asked, the matching ones sorted, then paged. The tag covers every
@@ -187,37 +235,50 @@ class Browser:
             columns = {n: kept[n][2] for n in rows if n in kept}
         now = time.time()
         by_name = dict(zip(names, keys))
-        chosen = [n for n in names if n in columns and (query is None or query(columns[n], now))]
-        if not order.by_name:
-            order.check(columns.values())
-            found = None
-            if order.column == "findings":  # the counts known now (None until counted), as the rows show them
-                found = {r["run"]: r.get("findings") for r in counted_rows(
-                    root, [rows[n] for n in chosen], {n: by_name[n] for n in chosen})}
-            chosen = order.apply(chosen, getter(order.column, columns, found))
-        page = chosen[offset: offset + limit]
+        if listing:  # a later page: the order its first page was cut from, the rows read now
+            chosen = None
+        else:
+            chosen = [n for n in names if n in columns and (query is None or query(columns[n], now))]
+            if not order.by_name:
+                order.check(columns.values())
+                found = None
+                if order.column == "findings":  # the counts known now (None until counted), as the rows show them
+                    found = {r["run"]: r.get("findings") for r in counted_rows(
+                        root, [rows[n] for n in chosen], {n: by_name[n] for n in chosen})}
+                chosen = order.apply(chosen, getter(order.column, columns, found))
+        page, token, total = self._listing(sid, chosen, offset, limit, listing)
+        page = [n for n in page if n in rows]  # a run deleted since its listing began: left out
         out = counted_rows(root, [rows[n] for n in page], {n: by_name[n] for n in page})
         running = [(r["run"], r["state"]) for r in rows.values()
                    if r["state"] == "running" or by_name[r["run"]] is None]
         # an answer that depends on the clock (a query of age; an order by age never does)
         ticking = int(now) if query is not None and "age" in query.columns else None
-        asked = [query.text if query is not None else None, order.key(), keys, ticking]
-        tag = listing_tag(sid, offset, len(chosen), page, asked, running, counts)
+        asked = [query.text if query is not None else None, order.key(), keys, ticking, token]
+        tag = listing_tag(sid, offset, total, page, asked, running, counts)
         if tag in unless:
             return None, tag
-        end = offset + len(page)
-        return {"runs": out, "total": len(chosen), "offset": offset, "next": end if end < len(chosen) else None}, tag
+        end = min(offset + limit, total)
+        return {"runs": out, "total": total, "offset": offset, "next": end if end < total else None,
+                "listing": token}, tag
 
-    def _runs_tagged(self, sid, offset, limit, match, unless) -> tuple[dict | None, str]:
+    def _runs_tagged(self, sid, offset, limit, match, unless, listing) -> tuple[dict | None, str]:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         # before the rows: a count landing after it changes the next tag
         counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, page, keys = self._page_of(sid, root, offset, limit, match)
+        if listing:  # a later page: the names its first page was cut from, those still holding a run
+            every, names, _, _ = self._page_of(sid, root, 0, 0, match)
+            page, token, total = self._listing(sid, None, offset, limit, listing)
+            now = set(names)
+            page = [n for n in page if n in now]
+            keys = keys_of(root, page)
+        else:
+            every, names, page, keys = self._page_of(sid, root, offset, limit, match)
+            _, token, total = self._listing(sid, names, offset, limit, "")
         if unless:
             running = self._unchanged(sid, root, page, keys)
             if running is not None:
-                tag = listing_tag(sid, offset, len(names), page, keys, running, counts)
+                tag = listing_tag(sid, offset, total, page, [keys, token], running, counts)
                 if tag in unless:
                     return None, tag
         self._prune(sid, root, every)
@@ -225,9 +286,10 @@ class Browser:
         # what may change with no summary.json changed: a running run's state, a run with none
         loose = {n for n, k in zip(page, keys) if k is None}
         running = [(r["run"], r["state"]) for r in rows if r["state"] == "running" or r["run"] in loose]
-        tag = listing_tag(sid, offset, len(names), page, keys, running, counts)
-        end = offset + len(page)
-        return {"runs": rows, "total": len(names), "offset": offset, "next": end if end < len(names) else None}, tag
+        tag = listing_tag(sid, offset, total, page, [keys, token], running, counts)
+        end = min(offset + limit, total)
+        return {"runs": rows, "total": total, "offset": offset, "next": end if end < total else None,
+                "listing": token}, tag
 
     def _unchanged(self, sid, root, page, keys) -> list | None:
         """The ``(run, "running")`` of the page's running runs, when every

@@ -28,7 +28,7 @@ from tornado import web
 from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
 from ..record._where import MAX_LENGTH
 from ._browse import CHART_RUNS, PAGE, POINTS, Browser
-from ._public import Bad, Busy, NotFound, public_text
+from ._public import Bad, Busy, Gone, NotFound, public_text
 from ._sort import MAX_COLUMN, order_of
 
 RESOURCE = "somatize"
@@ -53,6 +53,8 @@ class _Handler(APIHandler):
             return self._fail(400, e)
         except Busy as e:
             return self._fail(409, e)
+        except Gone as e:
+            return self._fail(410, e)
         except SomatizeError as e:  # damage, a run that cannot answer this
             return self._fail(422, e)
         except OSError as e:
@@ -103,7 +105,8 @@ class RunsHandler(_Handler):
             sid, self._int("offset", 0), self._int("limit", PAGE, 1, PAGE), self.get_query_argument("match", "")[:200],
             unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1],
             sort=self.get_query_argument("sort", "run")[:MAX_COLUMN + 1],
-            descending=order_of(self.get_query_argument("order", "asc")[:40])), tagged=True)
+            descending=order_of(self.get_query_argument("order", "asc")[:40]),
+            listing=self.get_query_argument("listing", "")[:40]), tagged=True)
 
 
 class RunHandler(_Handler):

@@ -1,5 +1,5 @@
 """What an answer may say: the refusals the routes answer with a status
-(``NotFound`` 404, ``Busy`` 409, ``Bad`` 400), and ``public_text``, the one
+(``NotFound`` 404, ``Busy`` 409, ``Bad`` 400, ``Gone`` 410), and ``public_text``, the one
 function that makes a text fit for a client (no absolute path in it)."""
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ class Busy(SomatizeError, RuntimeError):
 
 class Bad(SomatizeError, ValueError):
     """A query parameter that cannot be read (the answer is 400)."""
+
+
+class Gone(SomatizeError, LookupError):
+    """A listing of several pages no longer kept (the answer is 410): its
+    first page is read again."""
 
 
 def _relative(text: str, root: str) -> str:

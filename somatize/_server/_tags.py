@@ -75,6 +75,12 @@ def key_of(root, run):
         return None if fd is None else summary_key(fd, run)
 
 
+def keys_of(root, runs) -> list:
+    """``key_of`` of each of ``runs``, the runs folder opened once."""
+    with _runs_dir(root) as fd:
+        return [None] * len(runs) if fd is None else [summary_key(fd, n) for n in runs]
+
+
 def summary_key(runs_fd: int, run: str):
     """The identity of a run's summary.json (None when it has none), which
     a flush changes (it renames a new one in)."""
