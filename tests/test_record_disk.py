@@ -513,13 +513,14 @@ def test_a_new_runs_first_summary_left_empty_by_a_power_cut_lists_no_run(store):
     """Recorder() does not fsync a new run's first summary (it counts
     nothing): a power cut before the first commit may leave it empty. Such
     a folder holds no run yet: nothing lists it and a Recorder makes it anew,
-    the files a cut-short first commit left beside it emptied first (they
+    the files a cut-short first commit left beside it unlinked first (they
     were appended to, so the new run's series read as damaged); an empty
     summary beside facts is damage, and says so."""
     Recorder(store, run="new").close()
     (store.path / "runs" / "new" / "summary.json").write_bytes(b"")
     (store.path / "runs" / "new" / "series" / "loss.bin").write_bytes(b"\x07" * 40)  # a cut-short commit's
     (store.path / "runs" / "new" / "index.bin").write_bytes(b"\x09" * 24)
+    os.link(store.path / "runs" / "new" / "index.bin", store.path / "snapshot-index.bin")  # a hard-link snapshot
     assert "new" not in list(runs(store).get("run", []))
     with pytest.raises(SomatizeKeyError, match="no run 'new'"):  # not found by name either
         curve(store, run="new", name="loss")
@@ -528,6 +529,7 @@ def test_a_new_runs_first_summary_left_empty_by_a_power_cut_lists_no_run(store):
         rec({"fact": "loss", "value": 2.0})
     assert curve(store, run="new", name="loss").tolist() == [2.0]
     assert check_run(store.path / "runs" / "new")[0] == []
+    assert (store.path / "snapshot-index.bin").read_bytes() == b"\x09" * 24  # unlinked, not emptied in place
     (store.path / "runs" / "new" / "summary.json").write_bytes(b"")
     damaged = runs(store).set_index("run").loc["new"]
     assert damaged["state"] == "damaged" and "summary.json" in damaged["problem"]

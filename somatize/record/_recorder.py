@@ -578,11 +578,6 @@ class Recorder:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise DamagedError(f"{self.folder / sub / name} is not a regular file; move it away")
-            if self._fresh:
-                # A new run's folder holding a file it never wrote: left by a first commit a power
-                # cut cut short (an empty summary, no facts.log). The summary counts none of its
-                # bytes, so they go: appended to, they would sit before this run's own, unread.
-                os.ftruncate(fd, 0)
         fds[key] = fd
         if new:  # its name must survive a power cut as well as its bytes: synced before the summary
             self._new_in.add(sub)
@@ -623,7 +618,8 @@ class Recorder:
         else:
             old, replay = None, []
             self._hashers = {INDEX: xxhash.xxh3_64()}
-        self._fresh = old is None  # a new run: any file already in its folder counts for nothing (_open_file)
+        if old is None and "" not in self._new_in:  # a new run in a folder this Recorder did not make
+            self._clear_leftovers()
         now = time.time()
         summary = old or _summary.new(run, now)
         if old is None and config is not None:
@@ -651,6 +647,27 @@ class Recorder:
             self._absorb(replay, batch)
             self._commit(batch)
             self._forward, self._has_facts = replay[-1][0], True
+
+    def _clear_leftovers(self):
+        """Unlink the index and series files a new run's folder holds: left
+        by a first commit a power cut cut short (an empty summary, no
+        facts.log), they count for nothing, and appended to they would sit
+        before the run's own bytes, which would then not verify. Unlinked,
+        not emptied in place, so another link to the same file (a snapshot
+        made with hard links) keeps its bytes; only regular files, reached
+        through the folders held open, following no link (anything else
+        there is refused when the run opens that name)."""
+        for sub, names in (("", (INDEX,)), (SERIES, None)):
+            at = self._dir(sub)
+            for name in os.listdir(at) if names is None else names:
+                if names is None and not name.endswith(".bin"):
+                    continue
+                try:
+                    if stat.S_ISREG(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=at)
+                        self._new_in.add(sub)  # the name gone is synced with the first commit's
+                except FileNotFoundError:
+                    continue
 
     def _release(self):
         self._close_files()
