@@ -29,6 +29,15 @@ export class RequestError extends Error {
 
 const cache = new Map<string, { etag: string; data: unknown }>();
 
+/**
+ * Query arguments left out of the cache's key: a listing's token changes
+ * whenever its order does, so keyed by it every poll of a moving listing
+ * would add a page to the cache for good. One entry per page instead; the
+ * server's ETag holds the token, so an entry of another token gets the
+ * page again (200), never a 304.
+ */
+const UNKEYED = new Set(['listing']);
+
 /** A query string's arguments; a list is the argument given once per item. */
 export type IQuery = Record<string, string | number | (string | number)[]>;
 
@@ -77,7 +86,7 @@ async function failure(response: Response): Promise<Error> {
 
 /** GET a route's JSON, answered from memory when the server says 304. */
 export async function requestAPI<T>(path: string, query?: IQuery): Promise<T> {
-  const key = url(path, query);
+  const key = url(path, query && Object.fromEntries(Object.entries(query).filter(([k]) => !UNKEYED.has(k))));
   const known = cache.get(key);
   const headers: Record<string, string> = {};
   if (known) {

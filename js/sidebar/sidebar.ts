@@ -209,7 +209,9 @@ export class RunBrowser extends Widget {
    * Later pages are asked with the first page's `listing`, so they are cut
    * from the order it was cut from: a running run whose loss moves it
    * while the pages are read is listed once, not twice or never. A listing
-   * the server no longer keeps (410) is read again from its first page.
+   * the server no longer keeps (410) is read again from its first page;
+   * after three such, page by page with no token (each page cut from the
+   * order of its own moment, as a server without tokens answers).
    */
   private async pages(store: IStore, where: string, sort: ISort | null, tries = 3): Promise<IRun[]> {
     const all: IRun[] = [];
@@ -226,14 +228,14 @@ export class RunBrowser extends Widget {
           ...(listing ? { listing } : {})
         });
       } catch (error) {
-        if (error instanceof RequestError && error.status === 410 && tries > 1) {
+        if (error instanceof RequestError && error.status === 410 && tries > 0) {
           return this.pages(store, where, sort, tries - 1);
         }
         throw error;
       }
       all.push(...page.runs);
       offset = page.next;
-      listing = page.listing ?? listing;
+      listing = tries > 0 ? (page.listing ?? listing) : null;
     }
     return all;
   }

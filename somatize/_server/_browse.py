@@ -68,7 +68,7 @@ POINTS = 2_000  # points a curve is cut down to at most (min and max of each buc
 CHART_RUNS = 20  # runs one chart overlays at most
 FACTS_PAGE = 10_000  # facts in one answer at most
 LISTINGS = 16  # orders of listings of more than one page kept, for their later pages (least recently asked out)
-_LISTING = re.compile(r"[0-9a-f]{16}")
+_LISTING = re.compile(r"[0-9a-f]{32}")
 
 
 class Browser:
@@ -187,7 +187,7 @@ class Browser:
         query = Query(where) if where else None
         order = Order(sort, descending)
         if listing and not _LISTING.fullmatch(listing):
-            raise Bad(f"listing must be the token a first page answered (16 hex digits), not {listing[:40]!r}")
+            raise Bad(f"listing must be the token a first page answered (32 hex digits), not {listing[:40]!r}")
         with _COUNTER.listing():
             if query is not None or not order.by_name:
                 return self._runs_chosen(sid, offset, limit, match, unless, query, order, listing)
@@ -211,7 +211,7 @@ class Browser:
             return list(kept[offset: offset + limit]), listing, len(kept)
         token = None
         if offset == 0 and len(names) > limit:
-            token = xxhash.xxh3_64_hexdigest(orjson.dumps([sid, names]))
+            token = xxhash.xxh3_128_hexdigest(orjson.dumps([sid, names]))
             with self._lock:
                 self._listings[(sid, token)] = tuple(names)
                 self._listings.move_to_end((sid, token))
@@ -339,13 +339,10 @@ class Browser:
         try:
             yield
         except DamagedError:
-            self._damaged(sid, run)
+            with self._lock:
+                self._rows.get(sid, {}).pop(run, None)
+                self._damage[sid] = self._damage.get(sid, 0) + 1
             raise
-
-    def _damaged(self, sid: str, run: str):
-        with self._lock:
-            self._rows.get(sid, {}).pop(run, None)
-            self._damage[sid] = self._damage.get(sid, 0) + 1
 
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
@@ -465,7 +462,7 @@ class Browser:
         with self._noting_damage(sid, run):
             got = rank_time(root, run)
         if "ranks_problem" in got:  # a damaged rank series: the nodes' own times still answer, the damage named
-            self._damaged(sid, run)
+            # (the listing reads summaries, which this damage leaves whole: its tag has nothing to change for)
             got["ranks_problem"] = public_text(got["ranks_problem"], root)
         return got
 

@@ -106,7 +106,7 @@ class RunsHandler(_Handler):
             unless, where=self.get_query_argument("where", "")[:MAX_LENGTH + 1],
             sort=self.get_query_argument("sort", "run")[:MAX_COLUMN + 1],
             descending=order_of(self.get_query_argument("order", "asc")[:40]),
-            listing=self.get_query_argument("listing", "")[:40]), tagged=True)
+            listing=self.get_query_argument("listing", "")[:64]), tagged=True)
 
 
 class RunHandler(_Handler):
