@@ -164,20 +164,26 @@ def test_a_recorder_made_on_another_rank_than_0_writes_nothing(tmp_path, monkeyp
         assert rec.recording is True
 
 
-def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_path):
-    from somatize.record import spent
-
-    store = Store(tmp_path / "s")
-    mean = {0: 1000, 1: 1300, 2: 1100}  # each rank's own µs a step, chosen (no clock)
+def record_ranks(store, steps, us_of):
+    """A data-parallel run "r" as its rank 0 records it: ``us_of(i)``, each
+    rank's own µs in step ``i`` ({rank: µs}, chosen: no clock)."""
     with somatize.Recorder(store, run="r") as rec:
-        rec({"fact": "ranks", "value": 3})
-        for i in range(5):
+        rec({"fact": "ranks", "value": len(us_of(0))})
+        for i in range(steps):
             rec.forward_began()
             rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
             rec({"fact": "finished", "took_us": 12})
             rec({"fact": "loss", "value": 1.0})
-            for rank, us in mean.items():
-                rec({"fact": "rank_us", "rank": rank, "value": 99_999 if i == 0 else us})  # step 0: warm-up
+            for rank, us in us_of(i).items():
+                rec({"fact": "rank_us", "rank": rank, "value": us})
+
+
+def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_path):
+    from somatize.record import spent
+
+    store = Store(tmp_path / "s")
+    mean = {0: 1000, 1: 1300, 2: 1100}  # each rank's own µs a step
+    record_ranks(store, 5, lambda i: {rank: 99_999 if i == 0 else us for rank, us in mean.items()})  # 0: warm-up
     s = spent(store, run="r")
     assert [(r["rank"], r["mean_us"], r["steps"]) for r in s.ranks] == [(0, 1000, 4), (1, 1300, 4), (2, 1100, 4)]
     assert s.straggler["rank"] == 1 and s.straggler["fastest"] == 0 and s.straggler["over_us"] == 300
@@ -195,14 +201,7 @@ def test_spent_of_a_run_whose_rank_series_is_damaged_shows_the_nodes_and_names_t
     from somatize.record import spent
 
     store = Store(tmp_path / "s")
-    with somatize.Recorder(store, run="r") as rec:
-        rec({"fact": "ranks", "value": 2})
-        for _ in range(4):
-            rec.forward_began()
-            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 10})
-            rec({"fact": "finished", "took_us": 12})
-            for rank in (0, 1):
-                rec({"fact": "rank_us", "rank": rank, "value": 1000 + rank})
+    record_ranks(store, 4, lambda i: {0: 1000, 1: 1001})
     series = tmp_path / "s" / "runs" / "r" / "series" / "rank_us%2Frank1.bin"
     data = bytearray(series.read_bytes())
     data[-1] ^= 0xFF  # its last value's last byte: the checksum the summary holds no longer matches
