@@ -64,3 +64,46 @@ def test_a_run_moving_between_two_pages_of_a_sorted_listing_is_listed_once(tmp_p
             page.screenshot(path=str(SHOTS / "sorted-1400.png"))
     finally:
         live.close()
+
+
+def test_a_listing_the_server_no_longer_keeps_is_read_again_and_then_without_tokens(tmp_path):
+    """A later page asked with a token the server no longer keeps answers
+    410: the sidebar reads the listing again from its first page; after
+    three such, page by page with no token. Each way it lists every run
+    once. (The 410s are the server's words, made here by Playwright in place
+    of the server's answer to the second page.)"""
+    root = tmp_path / "root"
+    store = Store(root / "sweep")
+    for i in range(RUNS + 1):
+        with Recorder(store, run=f"r{i:04d}") as r:
+            r.forward_began()
+            r({"fact": "loss", "value": float(RUNS - i)})
+    gone = {"left": 0, "asked": []}
+
+    def second_page(route):
+        url = route.request.url
+        gone["asked"].append("listing=" in url)
+        if gone["left"] and "listing=" in url:
+            gone["left"] -= 1
+            route.fulfill(status=410, content_type="application/json",
+                          body='{"message": "the listing is no longer kept: read its first page again"}')
+        else:
+            route.continue_()
+
+    with sidebar_page(root, tmp_path) as page:
+        side = page.locator("#somatize-sidebar")
+        side.locator("tr.smz-row[data-run='r1000']").wait_for(timeout=60_000)
+        sid = side.locator("section:has(tr[data-run='r1000'])").get_attribute("data-store")
+        page.route(lambda url: "/somatize/stores/" in url and "offset=1000" in url and "sort=loss.last" in url,
+                   second_page)
+        by_loss = [f"r{i:04d}" for i in reversed(range(RUNS + 1))]
+        for left, tokens in ((1, [True, True]), (3, [True, True, True, False])):
+            gone["left"], gone["asked"] = left, []
+            side.locator("select.smz-sort-menu").select_option("run")
+            page.wait_for_function(f"s => ({ROWS_JS})(s)[0] === 'r0000'", arg=sid, timeout=60_000)
+            side.locator("select.smz-sort-menu").select_option("loss.last")
+            page.wait_for_function(f"s => ({ROWS_JS})(s)[0] === 'r1000'", arg=sid, timeout=60_000)
+            assert page.evaluate(ROWS_JS, sid) == by_loss  # every run once, in order
+            # one 410: asked again with a token; three: the fourth time with none
+            assert gone["asked"][: len(tokens)] == tokens and gone["left"] == 0
+            assert side.get_attribute("data-problem") is None  # no "Could not read the stores"
