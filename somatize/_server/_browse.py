@@ -153,7 +153,8 @@ class Browser:
     def runs(self, sid: str, offset: int = 0, limit: int = PAGE, match: str = "", where: str = "",
              sort: str = "run", descending: bool = False, listing: str = "") -> dict:
         """A page of the store's runs: ``runs`` (rows), ``total`` (runs
-        matching), ``offset``, ``next`` (offset of the next page, or None),
+        matching; on a later page of a listing, the runs it began with),
+        ``offset``, ``next`` (offset of the next page, or None),
         ``listing``. ``match``: a part of the run's name; ``where``: a query
         (``record/_where``: ``config.lr < 1e-2 and loss.best < 0.1``),
         answered over every run of the store; ``sort``: the column the runs
