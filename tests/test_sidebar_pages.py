@@ -19,13 +19,31 @@ ROWS_JS = ("s => [...document.querySelectorAll(`#somatize-sidebar section[data-s
            ".map(r => r.dataset.run)")
 
 
-def test_a_run_moving_between_two_pages_of_a_sorted_listing_is_listed_once(tmp_path):
-    root = tmp_path / "root"
+def sweep(root, n):
+    """A store of ``n`` finished runs ``r0000``…, their losses in the reverse order of their names."""
     store = Store(root / "sweep")
-    for i in range(RUNS):
+    for i in range(n):
         with Recorder(store, run=f"r{i:04d}") as r:
             r.forward_began()
-            r({"fact": "loss", "value": float(RUNS - i)})  # by loss, the reverse of by name
+            r({"fact": "loss", "value": float(RUNS - i)})
+    return store
+
+
+def opened(page, run, second_page):
+    """The sidebar once it lists ``run``, and its store's id; each request for
+    the second page of a listing by loss.last handed to ``second_page`` (a
+    Playwright route handler)."""
+    side = page.locator("#somatize-sidebar")
+    side.locator(f"tr.smz-row[data-run='{run}']").wait_for(timeout=60_000)
+    sid = side.locator(f"section:has(tr[data-run='{run}'])").get_attribute("data-store")
+    page.route(lambda url: "/somatize/stores/" in url and "offset=1000" in url and "sort=loss.last" in url,
+               second_page)
+    return side, sid
+
+
+def test_a_run_moving_between_two_pages_of_a_sorted_listing_is_listed_once(tmp_path):
+    root = tmp_path / "root"
+    store = sweep(root, RUNS)
     live = Recorder(store, run="zz-live")  # last by its loss: alone on the second page
     live.forward_began()
     live({"fact": "loss", "value": 5_000.0})
@@ -44,11 +62,7 @@ def test_a_run_moving_between_two_pages_of_a_sorted_listing_is_listed_once(tmp_p
 
     try:
         with sidebar_page(root, tmp_path) as page:
-            side = page.locator("#somatize-sidebar")
-            side.locator("tr.smz-row[data-run='zz-live']").wait_for(timeout=60_000)
-            sid = side.locator("section:has(tr[data-run='zz-live'])").get_attribute("data-store")
-            page.route(lambda url: "/somatize/stores/" in url and "offset=1000" in url and "sort=loss.last" in url,
-                       second_page)
+            side, sid = opened(page, "zz-live", second_page)
             side.locator("select.smz-sort-menu").select_option("loss.last")
             page.wait_for_function(f"s => ({ROWS_JS})(s)[0] === 'r{RUNS - 1:04d}'", arg=sid, timeout=60_000)
             rows = page.evaluate(ROWS_JS, sid)
@@ -73,11 +87,7 @@ def test_a_listing_the_server_no_longer_keeps_is_read_again_and_then_without_tok
     once. (The 410s are the server's words, made here by Playwright in place
     of the server's answer to the second page.)"""
     root = tmp_path / "root"
-    store = Store(root / "sweep")
-    for i in range(RUNS + 1):
-        with Recorder(store, run=f"r{i:04d}") as r:
-            r.forward_began()
-            r({"fact": "loss", "value": float(RUNS - i)})
+    sweep(root, RUNS + 1)
     gone = {"left": 0, "asked": []}
 
     def second_page(route):
@@ -91,11 +101,7 @@ def test_a_listing_the_server_no_longer_keeps_is_read_again_and_then_without_tok
             route.continue_()
 
     with sidebar_page(root, tmp_path) as page:
-        side = page.locator("#somatize-sidebar")
-        side.locator("tr.smz-row[data-run='r1000']").wait_for(timeout=60_000)
-        sid = side.locator("section:has(tr[data-run='r1000'])").get_attribute("data-store")
-        page.route(lambda url: "/somatize/stores/" in url and "offset=1000" in url and "sort=loss.last" in url,
-                   second_page)
+        side, sid = opened(page, "r1000", second_page)
         by_loss = [f"r{i:04d}" for i in reversed(range(RUNS + 1))]
         for left, tokens in ((1, [True, True]), (3, [True, True, True, False])):
             gone["left"], gone["asked"] = left, []
