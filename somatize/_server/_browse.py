@@ -195,12 +195,12 @@ class Browser:
             return self._runs_tagged(sid, offset, limit, match, unless, listing)
 
     def _listing(self, sid, names, offset, limit, listing) -> tuple[list, str | None, int]:
-        """The names of the page at ``offset``, the listing's token and its
-        count of runs: cut
-        from the order kept for ``listing`` when one is given, else from
-        ``names`` (every run matching, in order), which a first page of
-        several keeps under a token made of it (the same order, the same
-        token: a poll of an unchanged listing asks the same URLs)."""
+        """The names of the page at ``offset``, the listing's token and how
+        many runs it holds: cut from the order kept for ``listing`` when one
+        is given, else from ``names`` (every run matching, in order), which
+        a first page of several keeps under a token made of it (the same
+        order, the same token: a poll of an unchanged listing asks the same
+        URLs)."""
         if listing:
             with self._lock:
                 kept = self._listings.get((sid, listing))
@@ -214,8 +214,10 @@ class Browser:
         if offset == 0 and len(names) > limit:
             token = xxhash.xxh3_128_hexdigest(orjson.dumps([sid, names]))
             with self._lock:
-                self._listings[(sid, token)] = tuple(names)
-                self._listings.move_to_end((sid, token))
+                if (sid, token) in self._listings:  # an unchanged poll: kept already
+                    self._listings.move_to_end((sid, token))
+                else:
+                    self._listings[(sid, token)] = tuple(names)
                 while len(self._listings) > LISTINGS:
                     self._listings.popitem(last=False)
         return names[offset: offset + limit], token, len(names)
@@ -460,9 +462,8 @@ class Browser:
         from ..record._ranks import rank_time
 
         root, _ = self.run_folder(sid, run)
-        with self._noting_damage(sid, run):
-            got = rank_time(root, run)
-        if "ranks_problem" in got:  # a damaged rank series: the nodes' own times still answer, the damage named
+        got = rank_time(root, run)  # a damaged rank series is its ranks_problem, not an error
+        if "ranks_problem" in got:  # the nodes' own times still answer, the damage named
             # (the listing reads summaries, which this damage leaves whole: its tag has nothing to change for)
             got["ranks_problem"] = public_text(got["ranks_problem"], root)
         return got
