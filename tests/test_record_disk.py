@@ -753,3 +753,23 @@ def test_files_on_a_file_system_syncfs_may_not_make_durable_are_each_fsynced(mon
             for fd in fds:
                 os.close(fd)
     assert tried == [] and sorted(fsynced) == sorted(fds)
+
+
+def test_a_link_or_a_fifo_left_in_a_new_runs_folder_is_refused_and_nothing_outside_is_touched(store, tmp_path):
+    """The leftovers a new run unlinks are regular files only: a link there
+    out of the store is left, and neither followed nor written through; a
+    FIFO is refused without waiting on it; the error names the file."""
+    Recorder(store, run="new").close()
+    run = store.path / "runs" / "new"
+    (run / "summary.json").write_bytes(b"")
+    for p in (run / "index.bin", run / "series" / "loss.bin"):
+        p.unlink(missing_ok=True)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"keep me")
+    os.symlink(outside, run / "index.bin")
+    os.mkfifo(run / "series" / "loss.bin")
+    with pytest.raises(DamagedError, match=r"series/loss\.bin is not a regular file .*move it away"):
+        with Recorder(store, run="new") as rec:
+            rec.forward_began()
+            rec({"fact": "loss", "value": 1.0})
+    assert outside.read_bytes() == b"keep me" and os.path.islink(run / "index.bin")
