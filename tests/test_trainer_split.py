@@ -192,3 +192,30 @@ def test_the_node_made_heavier_in_backward_has_the_most_backward_time(tmp_path):
     rows = {text_of(tr[0]): text_of(tr[column]) for tr in table.findall("tr")[1:]}
     for n in names:
         assert durations(rows[n]) == pytest.approx([back[n]], rel=5e-3)
+
+
+def test_a_nodes_backward_mean_leaves_its_first_recorded_step_out_as_a_forwards_first_is(tmp_path):
+    """The first recorded backward pays for the backward's set-up: on a short
+    run of ~17 recorded steps it alone could make a node's mean longer than a
+    whole step's backward. Left out like a forward's first (the warm-up); a
+    node recorded once keeps its one."""
+    store = Store(tmp_path / "s")
+    body = [9_000, 100, 120, 110]  # the first: the warm-up
+    with Recorder(store, run="r") as rec:
+        for i in range(6):
+            rec.forward_began()
+            rec({"fact": "ran", "node": "body", "began_us": 0, "took_us": 400})
+            rec({"fact": "ran", "node": "head", "began_us": 400, "took_us": 100})
+            rec({"fact": "finished", "took_us": 520})
+            if i < len(body):
+                rec({"fact": "backward_us", "node": "body", "value": body[i]})
+            if i == 0:
+                rec({"fact": "backward_us", "node": "head", "value": 70})
+    s = spent(store, run="r")
+    back = {r["label"]: (r["backward_us"], r["backward_steps"]) for r in s.rows if r["kind"] == "node"}
+    assert back == {"body": (statistics.mean(body[1:]), 3), "head": (70, 1)}
+    table = parse(s.to_html()).find(".//table[@class='spread']")
+    column = [text_of(th) for th in table.find("tr")].index("backward (mean)")
+    rows = {text_of(tr[0]): text_of(tr[column]) for tr in table.findall("tr")[1:]}
+    assert durations(rows["body"]) == [110] and durations(rows["head"]) == [70]
+    assert "the first (warm-up) left out" in " ".join(text_of(e) for e in parse(s.to_html()).iter("div"))

@@ -13,8 +13,9 @@ record holds them too; an older record draws it whole. A data-parallel run
 (`ranks`) also shows each rank's own work a step (`rank_us/rank<i>`) side by
 side and names the straggler: the rank whose steps take longest, and by how
 much over the fastest. Each node's backward
-time (`backward_us/<node>`, on the steps the Trainer's instruments record)
-stands beside its forward time in the table.
+time (`backward_us/<node>`, on the steps the Trainer's instruments record,
+the first of them left out as a forward's first is) stands beside its
+forward time in the table.
 
 `graph=g` draws the same numbers on the graph itself (see `_graph`): a graph
 never knows its runs, so its times come from the record named here.
@@ -176,7 +177,12 @@ def _evaluation_of(store, run):
 
 def _backward_of(store, run, names):
     """{node: (mean µs of its backward a recorded step, how many steps)} from
-    the series `backward_us/<node>`, for the nodes that have one."""
+    the series `backward_us/<node>`, for the nodes that have one. The first
+    recorded backward is left out when there are others, as the forward's
+    first is (``WARMUP``): it pays for the backward's lazy set-up, often
+    several times a steady one, and the instruments record only ~17 steps of
+    a 300-step run, so it alone could make a node's mean look longer than the
+    whole step's backward."""
     from somatize._base.errors import SomatizeKeyError
     from somatize.record import curve
 
@@ -186,6 +192,8 @@ def _backward_of(store, run, names):
             c = curve(store, run=run, name=f"{BACKWARD}/{name}").dropna()
         except SomatizeKeyError:
             continue
+        if len(c) > WARMUP:
+            c = c.iloc[WARMUP:]
         if len(c):
             out[name] = (float(c.mean()), int(len(c)))
     return out
@@ -314,7 +322,7 @@ def _spread_table(d):
             f"{SPREAD_FORWARDS:,} forwards</div>")
     if backward:
         note += (f"<div style='font-size:11px;color:{_svg.MUTED}'>backward: a node's mean time in the backward "
-                 "pass, on the steps the Trainer's instruments record</div>")
+                 "pass, on the steps the Trainer's instruments record, the first (warm-up) left out</div>")
     return (_h("A forward and a call: mean, median and p95 after the first, and the first apart") +
             f"<table class='spread' style='border-collapse:collapse;font-size:12px'>"
             f"<tr><th></th>{head}</tr>{body}</table>{note}")
