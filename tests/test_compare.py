@@ -251,7 +251,7 @@ def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp
     values labels every k-th, each label a tick's height apart at least) and
     a long value is cut with an ellipsis; every value keeps its tick, and
     the columns are one width, enough for the longest label kept."""
-    from somatize._widgets._compare_view import HEIGHT, LABEL_MOST, TICK_FONT, _key
+    from somatize._widgets._compare_view import HEIGHT, LABEL_MOST, LABELS, TICK_FONT, _key
 
     store = Store(tmp_path / "s")
     for k in range(80):
@@ -266,11 +266,15 @@ def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp
     axis = view.columns[i].axes[0]
     ticks = explorer.axis_list[i].ticks
     assert len(axis.tick_values) == 40 and set(axis.tick_labels) == {_key(p) for p, _ in ticks}
-    shown = sorted(float(p) for p, text in axis.tick_labels.items() if text)
+    assert set(axis.tick_labels.values()) == {""}  # the axis draws ticks; their labels are a mark over the lines
+    labels = view.marks[i][LABELS]
+    assert view.columns[i].marks[-1] is labels  # last: drawn over the lines
+    shown = sorted(float(p) for p in labels.y)
+    assert set(shown) <= {float(p) for p, _ in ticks} and set(labels.x) == {float(i)}
     pixels = int(HEIGHT[:-2]) - 16
     assert 2 <= len(shown) <= pixels // (TICK_FONT + 4)
     assert min(b - a for a, b in zip(shown, shown[1:])) * pixels >= TICK_FONT + 4  # no two labels overlap
-    texts = [t for t in axis.tick_labels.values() if t]
+    texts = list(labels.text)
     assert all(len(t) <= LABEL_MOST and t.endswith("…") for t in texts)
     widths = {stack.layout.min_width for stack in view.stacks}
     assert len(widths) == 1 and int(widths.pop()[:-2]) >= LABEL_MOST * 0.58 * TICK_FONT / 0.6

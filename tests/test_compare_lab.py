@@ -182,13 +182,26 @@ GEOMETRY = r"""async (root) => {
     const shown = selection && getComputedStyle(selection).display !== 'none';
     columns.push({axis: box(column.querySelector('.axis path.domain'))[2], column: box(column),
                   brush: shown ? box(selection) : null,
-                  ticks: [...column.querySelectorAll('.tick text')].filter(t => t.textContent.trim())
-                           .map(t => [t.textContent, ...box(t)])});
+                  ticks: [...column.querySelectorAll('text.label.element')].filter(t => t.textContent.trim())
+                           .map(t => [t.textContent, ...box(t)]),
+                  // whether every line is painted before (under) every label, and how a label is painted
+                  lines: column.querySelectorAll('path.line').length,
+                  under: [...column.querySelectorAll('path.line')].every(l => [...column.querySelectorAll(
+                    'text.label.element')].every(t => l.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING)),
+                  paint: (() => { const t = column.querySelector('text.label.element'); if (!t) return null;
+                    const s = getComputedStyle(t); return {order: s.paintOrder, stroke: s.stroke, fill: s.fill,
+                      weight: s.fontWeight}; })()});
   }
+  const probe = document.createElement('span');  // the theme's colours, as computed
+  probe.style.color = 'var(--jp-ui-font-color1)';
+  probe.style.backgroundColor = 'var(--jp-layout-color0)';
+  root.appendChild(probe);
+  const theme = {ink: getComputedStyle(probe).color, page: getComputedStyle(probe).backgroundColor};
+  probe.remove();
   const curves = root.querySelector('.somatize-explorer .bqplot:not(.somatize-explorer-axis)');
   const ticks = curves ? [...curves.querySelectorAll('.tick text')].filter(t => t.textContent.trim())
     .map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left, b.top, b.right, b.bottom]; }) : [];
-  return {columns, curves: ticks};
+  return {columns, curves: ticks, theme};
 }"""
 
 
@@ -204,13 +217,19 @@ def overlapping(boxes):
 
 def drawn_right(explorer, where):
     """What the explorer draws, read off the page: each brush on its axis
-    (its box spans the axis line's x, centred on it, inside its column) and
-    no two tick labels over one another, in the columns or the curves."""
+    (its box spans the axis line's x, centred on it, inside its column), the
+    tick labels drawn over the lines in the theme's ink with a halo of the
+    page's colour, and no two tick labels over one another, in the columns
+    or the curves."""
     g = explorer.evaluate(GEOMETRY)
     brushed = 0
     for k, c in enumerate(g["columns"]):
         left, right = c["column"][0], c["column"][2]
         assert left - 0.5 <= c["axis"] <= right + 0.5, (where, k, c)
+        assert c["under"], (where, k, "a line is drawn over the axis's tick labels")
+        assert c["paint"]["order"].startswith("stroke") and c["paint"]["stroke"] == g["theme"]["page"], (where, k, c)
+        assert c["paint"]["fill"] == g["theme"]["ink"], (where, k, c)  # the theme's ink, its halo the page's colour
+        assert c["paint"]["weight"] == "400", (where, k, c)  # as the curves' tick labels, not bold
         if c["brush"] is None:
             continue
         brushed += 1
@@ -218,6 +237,7 @@ def drawn_right(explorer, where):
         assert b_left < c["axis"] < b_right, (where, k, "the brush is not on its axis", c)
         assert abs((b_left + b_right) / 2 - c["axis"]) <= 2, (where, k, "the brush is not centred on its axis", c)
         assert left - 0.5 <= b_left and b_right <= right + 0.5, (where, k, "the brush leaves its column", c)
+    assert sum(c["lines"] for c in g["columns"]) > 0, where  # the lines were there to be under
     ticks = [t for c in g["columns"] for t in c["ticks"]]
     assert ticks and overlapping(ticks) == [], (where, overlapping(ticks))
     assert overlapping(g["curves"]) == [], (where, overlapping(g["curves"]))

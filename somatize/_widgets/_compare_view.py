@@ -41,14 +41,16 @@ STYLE = """<style>
   text-overflow: ellipsis; white-space: nowrap; color: var(--jp-ui-font-color1); padding-left: 20%; }
 .somatize-explorer-label span, .somatize-explorer-curves { color: var(--jp-ui-font-color2); font-size: 12px; }
 .somatize-explorer-head { color: var(--jp-ui-font-color1); }
-.somatize-explorer-axis .tick text { paint-order: stroke; stroke: var(--jp-layout-color0, #fff); stroke-width: 3px;
-  stroke-linejoin: round; }
+.somatize-explorer-axis text.label { fill: var(--jp-ui-font-color1, #1f2937) !important; paint-order: stroke;
+  stroke: var(--jp-layout-color0, #fff); stroke-width: 3px; stroke-linejoin: round; pointer-events: none; }
 """ + (  # bqplot draws a brush across its whole figure: drawn on the axis instead (SVG 2 geometry in CSS)
     ".somatize-explorer-axis .brushintsel .selection, .somatize-explorer-axis .brushintsel .handle {\n"
     f"  x: calc({AXIS_AT * 100:g}% - {BRUSH_WIDTH / 2:g}px); width: {BRUSH_WIDTH}px; }}\n</style>")
 
 
-TICK_FONT = 12  # px: bqplot's tick labels
+TICK_FONT = 12  # px: an axis's tick labels
+LABELS = "labels"  # a column's marks: its tick labels' Label mark, beside the lines of its two gaps
+INK = "#1f2937"  # the labels' colour where no theme is (STYLE sets the theme's): bqplot takes no CSS variable
 TICK_GAP = 10  # px between a tick label and its axis, and before the column's left edge
 LABEL_MOST = 10  # characters of a tick label (a long value of a set is cut with an ellipsis)
 
@@ -98,13 +100,20 @@ class ExplorerView:
             marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=1.5, apply_clip=True)
                      for g in (i - 1, i) if 0 <= g < count - 1}
             places = [p for p, _ in axis.ticks] + ([MISSING] if (axis.places == MISSING).any() else [])
-            labels = {_key(p): _cut(str(t)) for p, t in _thinned(axis.ticks)}
-            labels.update({_key(p): "" for p, _ in axis.ticks if _key(p) not in labels})  # a tick, unlabelled
+            labelled = [(p, _cut(str(t))) for p, t in _thinned(axis.ticks)]
             if (axis.places == MISSING).any():
-                labels[_key(MISSING)] = "no value"
+                labelled.append((MISSING, "no value"))
+            # The axis draws its ticks and no text: bqplot draws a figure's axes under its marks, so
+            # the lines ending at a tick would run over its label. The labels are a mark of their own,
+            # after the lines (drawn over them, a halo of the page's colour round each: STYLE).
             ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
                          offset={"scale": x, "value": i}, tick_values=np.array([round(p, 4) for p in places]),
-                         tick_labels=labels)
+                         tick_labels={_key(p): "" for p in places})
+            marks[LABELS] = bq.Label(x=np.full(len(labelled), float(i)),
+                                     y=np.array([p for p, _ in labelled], dtype=np.float64),
+                                     text=[t for _, t in labelled], scales={"x": x, "y": self.y},
+                                     x_offset=-TICK_GAP, align="end", default_size=TICK_FONT, font_weight="normal",
+                                     colors=[INK], apply_clip=False)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
             label = w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'
@@ -118,7 +127,7 @@ class ExplorerView:
             self.labels.append(label)
             self.stacks.append(w.VBox([label, figure], layout=w.Layout(flex="1 1 0px", margin="0",
                                                                         overflow="hidden")))
-            texts.extend(labels.values())
+            texts.extend(t for _, t in labelled)
             selector.observe(lambda change, i=i: self._brushed(i), ["selected", "brushing"])
             self.columns.append(figure)
             self.selectors.append(selector)
