@@ -197,8 +197,17 @@ def test_lines_are_one_a_run_up_to_the_threshold_and_sent_as_such(store):
     explorer.widget()
     gaps = explorer.lines()
     assert len(gaps) == len(explorer.axes) - 1 and all(len(g[0]) == 40 for g in gaps)
-    mark = explorer._view.marks[0][0]
+    view = explorer._view
+    mark = view.marks[0][0]
     assert np.asarray(mark.y).shape == (40, 2)
+    # the stroke width is the page's CSS, for this view alone: to bqplot it is 0, so no plot area is inset
+    assert all(m.stroke_width == 0 for marks in view.marks for m in marks.values())
+    assert view._class in view.box._dom_classes
+    assert (f".{view._class} .somatize-explorer-axis path.line {{ stroke-width: {explorer.picture_width():g}px "
+            "!important; }") in view.head.value
+    other = compare(store)
+    other.widget()
+    assert other._view._class != view._class  # two explorers in one notebook keep their own widths
 
 
 def test_above_the_threshold_lines_are_binned_densities(tmp_path):
@@ -251,7 +260,7 @@ def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp
     values labels every k-th, each label a tick's height apart at least) and
     a long value is cut with an ellipsis; every value keeps its tick, and
     the columns are one width, enough for the longest label kept."""
-    from somatize._widgets._compare_view import HEIGHT, LABEL_MOST, LABELS, TICK_FONT, _key
+    from somatize._widgets._compare_view import HEIGHT, LABEL_MOST, TICK_FONT, _key
 
     store = Store(tmp_path / "s")
     for k in range(80):
@@ -267,8 +276,7 @@ def test_a_dense_set_of_values_labels_every_kth_tick_and_long_values_are_cut(tmp
     ticks = explorer.axis_list[i].ticks
     assert len(axis.tick_values) == 40 and set(axis.tick_labels) == {_key(p) for p, _ in ticks}
     assert set(axis.tick_labels.values()) == {""}  # the axis draws ticks; their labels are a mark over the lines
-    labels = view.marks[i][LABELS]
-    assert view.columns[i].marks[-1] is labels  # last: drawn over the lines
+    (labels,) = view.ticks[i].marks  # a figure of their own, laid over the lines' (drawn over them)
     shown = sorted(float(p) for p in labels.y)
     assert set(shown) <= {float(p) for p, _ in ticks} and set(labels.x) == {float(i)}
     pixels = int(HEIGHT[:-2]) - 16

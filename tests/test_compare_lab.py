@@ -172,7 +172,8 @@ def test_a_brush_dragged_on_an_axis_is_the_selection_in_the_kernel(lab, browser)
 GEOMETRY = r"""async (root) => {
   const columns = [];
   for (const column of root.querySelectorAll('.somatize-explorer-axis')) {
-    const row = column.parentElement.parentElement;
+    const row = column.closest('.somatize-explorer-row');
+    const cell = column.parentElement;  // the lines' figure and the tick labels' one over it
     column.scrollIntoView({block: 'nearest', inline: 'nearest'});
     await new Promise(r => setTimeout(r, 400));
     const o = row.getBoundingClientRect();
@@ -182,13 +183,20 @@ GEOMETRY = r"""async (root) => {
     const shown = selection && getComputedStyle(selection).display !== 'none';
     columns.push({axis: box(column.querySelector('.axis path.domain'))[2], column: box(column),
                   brush: shown ? box(selection) : null,
-                  ticks: [...column.querySelectorAll('text.label.element')].filter(t => t.textContent.trim())
+                  ticks: [...cell.querySelectorAll('text.label.element')].filter(t => t.textContent.trim())
                            .map(t => [t.textContent, ...box(t)]),
+                  marks: [...column.querySelectorAll('.tick line')].map(t => { const b = box(t);
+                    return (b[1] + b[3]) / 2; }),
+                  // each gap's lines as drawn here: [[x1, y1, x2, y2]] a line, in the figure's own px
+                  gaps: [...new Set([...column.querySelectorAll('path.line')].map(p => p.parentElement.parentElement))]
+                          .map(m => [...m.querySelectorAll('path.line')].map(p =>
+                            ((p.getAttribute('d') || '').match(/-?[\d.]+(e-?\d+)?/g) || []).map(Number))),
+                  width: column.querySelector('svg.svg-figure').getBoundingClientRect().width,
                   // whether every line is painted before (under) every label, and how a label is painted
                   lines: column.querySelectorAll('path.line').length,
-                  under: [...column.querySelectorAll('path.line')].every(l => [...column.querySelectorAll(
+                  under: [...column.querySelectorAll('path.line')].every(l => [...cell.querySelectorAll(
                     'text.label.element')].every(t => l.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING)),
-                  paint: (() => { const t = column.querySelector('text.label.element'); if (!t) return null;
+                  paint: (() => { const t = cell.querySelector('text.label.element'); if (!t) return null;
                     const s = getComputedStyle(t); return {order: s.paintOrder, stroke: s.stroke, fill: s.fill,
                       weight: s.fontWeight}; })()});
   }
@@ -238,6 +246,17 @@ def drawn_right(explorer, where):
         assert abs((b_left + b_right) / 2 - c["axis"]) <= 2, (where, k, "the brush is not centred on its axis", c)
         assert left - 0.5 <= b_left and b_right <= right + 0.5, (where, k, "the brush leaves its column", c)
     assert sum(c["lines"] for c in g["columns"]) > 0, where  # the lines were there to be under
+    for k, c in enumerate(g["columns"]):  # each label beside its tick (the labels are another figure's)
+        for text, _, top, _, bottom in c["ticks"]:
+            assert min(abs((top + bottom) / 2 - y) for y in c["marks"]) <= 1.5, (where, k, text, c["marks"])
+    for k, (a, b) in enumerate(zip(g["columns"], g["columns"][1:])):  # a line's halves meet where columns do
+        left, right = a["gaps"][-1], b["gaps"][0]
+        assert len(left) == len(right), (where, k)
+        for (x1, y1, x2, y2), (u1, v1, u2, v2) in zip(left, right):
+            at_edge = y1 + (y2 - y1) * (a["width"] - x1) / (x2 - x1)  # its y at the left column's right edge
+            from_edge = v1 + (v2 - v1) * (0 - u1) / (u2 - u1)  # and at the right column's left edge
+            assert abs(at_edge - from_edge) <= 0.5, (where, k, "a line breaks where two columns meet",
+                                                     at_edge, from_edge)
     ticks = [t for c in g["columns"] for t in c["ticks"]]
     assert ticks and overlapping(ticks) == [], (where, overlapping(ticks))
     assert overlapping(g["curves"]) == [], (where, overlapping(g["curves"]))

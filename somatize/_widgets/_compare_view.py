@@ -16,6 +16,7 @@ lines' arrays (bounded: ``Explorer.lines``) and the curves, under
 
 from __future__ import annotations
 
+import itertools
 import math
 from html import escape
 
@@ -41,18 +42,53 @@ STYLE = """<style>
   text-overflow: ellipsis; white-space: nowrap; color: var(--jp-ui-font-color1); padding-left: 20%; }
 .somatize-explorer-label span, .somatize-explorer-curves { color: var(--jp-ui-font-color2); font-size: 12px; }
 .somatize-explorer-head { color: var(--jp-ui-font-color1); }
-.somatize-explorer-axis text.label { fill: var(--jp-ui-font-color1, #1f2937) !important; paint-order: stroke;
-  stroke: var(--jp-layout-color0, #fff); stroke-width: 3px; stroke-linejoin: round; pointer-events: none; }
+.somatize-explorer-ticks text.label { fill: var(--jp-ui-font-color1, #1f2937) !important; paint-order: stroke;
+  stroke: var(--jp-layout-color0, #fff); stroke-width: 3px; stroke-linejoin: round; }
+.somatize-explorer-ticks { pointer-events: none; }  /* a drag goes through to the brush under it */
+.somatize-explorer-ticks rect, .somatize-explorer-ticks .svg-background { fill: none !important; }
 """ + (  # bqplot draws a brush across its whole figure: drawn on the axis instead (SVG 2 geometry in CSS)
     ".somatize-explorer-axis .brushintsel .selection, .somatize-explorer-axis .brushintsel .handle {\n"
     f"  x: calc({AXIS_AT * 100:g}% - {BRUSH_WIDTH / 2:g}px); width: {BRUSH_WIDTH}px; }}\n</style>")
 
 
 TICK_FONT = 12  # px: an axis's tick labels
-LABELS = "labels"  # a column's marks: its tick labels' Label mark, beside the lines of its two gaps
 INK = "#1f2937"  # the labels' colour where no theme is (STYLE sets the theme's): bqplot takes no CSS variable
 TICK_GAP = 10  # px between a tick label and its axis, and before the column's left edge
 LABEL_MOST = 10  # characters of a tick label (a long value of a set is cut with an ellipsis)
+
+
+MARGIN = 8  # px above and below a column's plot area
+# bqplot insets a Label mark's plot area by sqrt(its size)/2 + 1 px (ScatterBase's padding):
+# the tick labels' figure has that much less margin, so its places lie where the lines' do
+LABEL_PAD = math.sqrt(TICK_FONT) / 2 + 1
+_VIEWS = itertools.count()
+
+
+def _cell():
+    """The layout of a column's two figures, one over the other in its grid cell."""
+    return w.Layout(width="100%", min_width="0", height=HEIGHT, margin="0", grid_area="1 / 1 / 2 / 2")
+
+
+def _tick_labels(i, labelled, y):
+    """Column ``i``'s tick labels (``labelled``: [(place, text)]) as a figure
+    of their own, laid over the lines' figure: a text a tick, on the axis's
+    left, each with a halo of the page's colour (STYLE). bqplot draws a
+    figure's axes under its marks and a mark over those before it, so the
+    labels cannot be the axis's (the lines ending at a tick ran over its
+    label), and a Label mark among the lines would inset their plot area by
+    its padding (``LABEL_PAD``), which breaks each line where two columns meet."""
+    x = bq.LinearScale(min=i - AXIS_AT, max=i + 1 - AXIS_AT)
+    mark = bq.Label(x=np.full(len(labelled), float(i)), y=np.array([p for p, _ in labelled], dtype=np.float64),
+                    text=[t for _, t in labelled], scales={"x": x, "y": y}, align="end", default_size=TICK_FONT,
+                    font_weight="normal", colors=[INK], apply_clip=False,
+                    # the axis lies at AXIS_AT of the lines' plot area, which is not inset
+                    x_offset=round(-TICK_GAP - LABEL_PAD * (1 - 2 * AXIS_AT)))  # bqplot takes whole px
+    figure = bq.Figure(marks=[mark], axes=[], fig_margin={"top": MARGIN - LABEL_PAD, "bottom": MARGIN - LABEL_PAD,
+                                                          "left": 0, "right": 0},
+                       padding_x=0, padding_y=0, animation_duration=0, display_toolbar=False,
+                       background_style={"fill": "none"}, layout=_cell())
+    figure.add_class("somatize-explorer-ticks")
+    return figure
 
 
 def _cut(text: str) -> str:
@@ -90,44 +126,46 @@ class ExplorerView:
         self._moving = False
         lo, hi = span(explorer.missing, MISSING)
         self.y = bq.LinearScale(min=lo, max=hi)
-        self.columns, self.selectors, self.marks, self.labels, self.stacks = [], [], [], [], []
+        self.columns, self.selectors, self.marks, self.labels, self.stacks, self.ticks = [], [], [], [], [], []
+        self._class = f"somatize-explorer-{next(_VIEWS)}"  # this view's lines' stroke width (draw) is its own
         texts: list = []
         count = len(explorer.axis_list)
         for i, axis in enumerate(explorer.axis_list):
             # the axis at AXIS_AT across its column: its tick labels, on its left, have room
             x = bq.LinearScale(min=i - AXIS_AT, max=i + 1 - AXIS_AT)
-            # the gaps this column shows halves of: the one before its axis and the one after
-            marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=1.5, apply_clip=True)
+            # the gaps this column shows halves of: the one before its axis and the one after. Their
+            # stroke width is 0 to bqplot and set by CSS (draw): bqplot insets a figure's plot area by
+            # half its lines' stroke width (its "padding"), so the two halves of a line, one a column,
+            # would meet a pixel or two apart, a visible jog on a steep line.
+            marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=0, apply_clip=True)
                      for g in (i - 1, i) if 0 <= g < count - 1}
             places = [p for p, _ in axis.ticks] + ([MISSING] if (axis.places == MISSING).any() else [])
             labelled = [(p, _cut(str(t))) for p, t in _thinned(axis.ticks)]
             if (axis.places == MISSING).any():
                 labelled.append((MISSING, "no value"))
             # The axis draws its ticks and no text: bqplot draws a figure's axes under its marks, so
-            # the lines ending at a tick would run over its label. The labels are a mark of their own,
-            # after the lines (drawn over them, a halo of the page's colour round each: STYLE).
+            # the lines ending at a tick would run over its label.
             ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
                          offset={"scale": x, "value": i}, tick_values=np.array([round(p, 4) for p in places]),
                          tick_labels={_key(p): "" for p in places})
-            marks[LABELS] = bq.Label(x=np.full(len(labelled), float(i)),
-                                     y=np.array([p for p, _ in labelled], dtype=np.float64),
-                                     text=[t for _, t in labelled], scales={"x": x, "y": self.y},
-                                     x_offset=-TICK_GAP, align="end", default_size=TICK_FONT, font_weight="normal",
-                                     colors=[INK], apply_clip=False)
+            ticks = _tick_labels(i, labelled, self.y)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
             label = w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'
                            f'<b>{escape(axis.label)}</b><br><span>{escape(note)}</span></div>',
                            layout=w.Layout(width="100%", margin="0"))
             figure = bq.Figure(marks=list(marks.values()), axes=[ax], interaction=selector,
-                               fig_margin={"top": 8, "bottom": 8, "left": 0, "right": 0}, padding_y=0,
-                               animation_duration=0, display_toolbar=False,
-                               layout=w.Layout(width="100%", min_width="0", height=HEIGHT, margin="0"))
+                               fig_margin={"top": MARGIN, "bottom": MARGIN, "left": 0, "right": 0}, padding_y=0,
+                               animation_duration=0, display_toolbar=False, layout=_cell())
             figure.add_class("somatize-explorer-axis")
             self.labels.append(label)
-            self.stacks.append(w.VBox([label, figure], layout=w.Layout(flex="1 1 0px", margin="0",
-                                                                        overflow="hidden")))
+            # the tick labels' figure over the lines' one, in one grid cell: drawn over the lines
+            cell = w.GridBox([figure, ticks], layout=w.Layout(grid_template_columns="minmax(0, 1fr)",
+                                                              grid_template_rows=HEIGHT, margin="0"))
+            self.stacks.append(w.VBox([label, cell], layout=w.Layout(flex="1 1 0px", margin="0",
+                                                                      overflow="hidden")))
             texts.extend(t for _, t in labelled)
+            self.ticks.append(ticks)
             selector.observe(lambda change, i=i: self._brushed(i), ["selected", "brushing"])
             self.columns.append(figure)
             self.selectors.append(selector)
@@ -150,11 +188,14 @@ class ExplorerView:
         least = f"{_room(texts)}px"
         for stack in self.stacks:
             stack.layout.min_width = least
-        parts = [self.head, w.HBox(self.stacks, layout=w.Layout(width="100%", margin="0", overflow="auto hidden"))]
+        row = w.HBox(self.stacks, layout=w.Layout(width="100%", margin="0", overflow="auto hidden"))
+        row.add_class("somatize-explorer-row")
+        parts = [self.head, row]
         if explorer.fact is not None:
             parts += [self.curves_head, self.curves]
         self.box = w.VBox(parts, layout=w.Layout(width="100%"))
         self.box.add_class("somatize-explorer")
+        self.box.add_class(self._class)
         self.brushes_moved(explorer.brushes)
         self.draw()
 
@@ -181,9 +222,11 @@ class ExplorerView:
     def draw(self):
         e = self.explorer
         where = e.where
-        self.head.value = (STYLE + f'<div class="somatize-explorer-head"><b>{escape(e.title())}</b><br>'
-                           f'<code>where={escape(repr(where))}</code></div>')
         width = e.picture_width()
+        self.head.value = (STYLE + f"<style>.{self._class} .somatize-explorer-axis path.line "
+                           f"{{ stroke-width: {width:g}px !important; }}</style>"
+                           f'<div class="somatize-explorer-head"><b>{escape(e.title())}</b><br>'
+                           f'<code>where={escape(repr(where))}</code></div>')
         for g, (foot, top, color, opacity) in enumerate(e.lines()):
             for mark in (self.marks[g][g], self.marks[g + 1][g]):
                 with mark.hold_sync():
@@ -194,7 +237,6 @@ class ExplorerView:
                         mark.opacities = [float(o) for o in opacity]
                     else:
                         mark.x, mark.y = [], []
-                    mark.stroke_width = width
         self._draw_curves()
 
     def _draw_curves(self):
