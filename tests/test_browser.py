@@ -171,6 +171,32 @@ def check_texts(panel, where):
             assert w <= 1 or h <= 1, f"{where}: {a!r} and {c!r} overlap"
 
 
+# spent's table of a forward and a call: the number cells that wrap (more than one line box), and
+# where the box it scrolls in lies beside its panel
+SPREAD = """el => {
+  const table = el.querySelector('table.spread');
+  if (!table) return null;
+  const broken = [...table.querySelectorAll('tr')].flatMap(tr => [...tr.querySelectorAll('td')].slice(1))
+    .filter(td => { const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length > 1; })
+    .map(td => td.textContent);
+  const box = table.parentElement.getBoundingClientRect(), p = el.getBoundingClientRect();
+  return {cells: table.querySelectorAll('td').length, broken, box: [box.left, box.right], panel: [p.left, p.right],
+          fits: table.scrollWidth <= table.parentElement.clientWidth + 1,
+          widths: [table.scrollWidth, table.parentElement.clientWidth,
+                   [...table.querySelector('tr').children].map(c => c.getBoundingClientRect().width)]};
+}"""
+
+
+def check_spread(panel, where):
+    got = panel.evaluate(SPREAD)
+    assert got is not None and got["cells"] >= 12, where  # three rows: a whole forward, body, head
+    assert got["broken"] == [], f"{where}: a number parted from its unit: {got['broken']}"
+    assert got["box"][0] >= got["panel"][0] - 0.5 and got["box"][1] <= got["panel"][1] + 0.5, \
+        f"{where}: the table leaves its panel"
+    # the names here fit an 800 px page: the table, its cell's width and its columns' if not
+    assert got["fits"], f"{where}: the table is cut (it scrolls across) {got['widths']}"
+
+
 def in_view(page, panel):
     """Scroll `panel` into view and wait until its chart is drawn at its width (JupyterLab renders
     cells out of view lazily; the chart redraws when its cell gets its width back)."""
@@ -270,6 +296,8 @@ def test_panels_in_jupyterlab_at_two_widths_in_both_themes(lab, browser):
                                 ("spent-on-graph", on_graph)]:
                 panel.evaluate("e => e.scrollIntoView({block: 'start'})")
                 check_texts(panel, f"{name} at {where}")
+                if name.startswith("spent"):
+                    check_spread(panel, f"{name} at {where}")
                 panel.screenshot(path=ARTIFACTS / f"{name}-{width}-{theme}.png")
                 if name in ("live", "spent-on-graph") and (width, theme) == (1400, "light"):
                     for_readme(ARTIFACTS / f"{name}-{width}-{theme}.png", f"{name}.png")

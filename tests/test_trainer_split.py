@@ -188,7 +188,7 @@ def test_the_node_made_heavier_in_backward_has_the_most_backward_time(tmp_path):
     assert max(back, key=back.get) == "middle"
     table = parse(s.to_html()).find(".//table[@class='spread']")
     head = [text_of(th) for th in table.find("tr")]
-    column = head.index("backward (mean)")
+    column = head.index("backward")
     rows = {text_of(tr[0]): text_of(tr[column]) for tr in table.findall("tr")[1:]}
     for n in names:
         assert durations(rows[n]) == pytest.approx([back[n]], rel=5e-3)
@@ -215,7 +215,7 @@ def test_a_nodes_backward_mean_leaves_its_first_recorded_step_out_as_a_forwards_
     back = {r["label"]: (r["backward_us"], r["backward_steps"]) for r in s.rows if r["kind"] == "node"}
     assert back == {"body": (statistics.mean(body[1:]), 3), "head": (70, 1)}
     table = parse(s.to_html()).find(".//table[@class='spread']")
-    column = [text_of(th) for th in table.find("tr")].index("backward (mean)")
+    column = [text_of(th) for th in table.find("tr")].index("backward")
     rows = {text_of(tr[0]): text_of(tr[column]) for tr in table.findall("tr")[1:]}
     assert durations(rows["body"]) == [110] and durations(rows["head"]) == [70]
     assert "the first (warm-up) left out" in " ".join(text_of(e) for e in parse(s.to_html()).iter("div"))

@@ -308,11 +308,15 @@ def _spread_table(d):
     rows = [("a whole forward", spread["forward"], _forward_mean(d), None)]
     rows += [(r["label"], spread["nodes"].get(r["label"], {}), r["mean_us"], r.get("backward_us"))
              for r in d["rows"] if r["kind"] == "node"]
-    cell = "padding:1px 14px 1px 0;text-align:right;font-variant-numeric:tabular-nums"
-    heads = ("mean", *(("backward (mean)",) if backward else ()), "median", "p95", "first (warm-up)")
-    head = "".join(f"<th style='{cell};color:{_svg.MUTED};font-weight:normal'>{h}</th>" for h in heads)
+    # a number and its unit never part ("1.21 ms" read as "1.21" over "ms" in a narrow cell): a table
+    # too wide for its cell scrolls across instead
+    cell = "padding:1px 12px 1px 0;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap"
+    # short headings, so the table fits a 350 px cell: the title and the note below say the rest
+    heads = ("mean", *(("backward",) if backward else ()), "median", "p95", "first")
+    head = "".join(f"<th style='{cell.replace(';white-space:nowrap', '')};color:{_svg.MUTED};font-weight:normal'>"
+                   f"{h}</th>" for h in heads)  # a heading may take two lines
     body = "".join(
-        f"<tr><td style='padding:1px 14px 1px 0'>{escape(name)}</td>"
+        f"<tr><td style='padding:1px 12px 1px 0;white-space:nowrap'>{escape(name)}</td>"
         + "".join(f"<td style='{cell}'>{_svg.duration_us(v)}</td>"
                   for v in (mean, *((back,) if backward else ()), s.get("median_us"), s.get("p95_us"),
                             s.get("first_us")))
@@ -324,8 +328,9 @@ def _spread_table(d):
         note += (f"<div style='font-size:11px;color:{_svg.MUTED}'>backward: a node's mean time in the backward "
                  "pass, on the steps the Trainer's instruments record, the first (warm-up) left out</div>")
     return (_h("A forward and a call: mean, median and p95 after the first, and the first apart") +
+            f"<div class='spread-wrap' style='overflow-x:auto;max-width:100%'>"
             f"<table class='spread' style='border-collapse:collapse;font-size:12px'>"
-            f"<tr><th></th>{head}</tr>{body}</table>{note}")
+            f"<tr><th></th>{head}</tr>{body}</table></div>{note}")
 
 
 def _forward_mean(d):
