@@ -990,3 +990,14 @@ def test_live_draws_the_facts_it_is_told_to_beside_the_loss_smoothed_over_its_ra
     assert len(svg.findall(f".//{SVG}polyline[@class='curve']")) == 2
     assert len(svg.findall(f".//{SVG}polyline[@class='raw']")) == 2
     assert "val_loss" in [text_of(t) for t in svg.iter(f"{SVG}text")]  # the legend
+
+
+@pytest.mark.parametrize("us, said", [(0, "0 µs"), (38.24, "38.2 µs"), (999.4, "999 µs"), (999.7, "1 ms"),
+                                      (1000, "1 ms"), (1094, "1.09 ms"), (999_499, "999 ms"), (999_700, "1 s"),
+                                      (2_360_000, "2.36 s")])
+def test_a_duration_is_rounded_before_its_unit_is_chosen(us, said):
+    """999.7 µs read "1e+03 µs" on spent's Trainer bar: rounded to three digits
+    first, it is 1 ms."""
+    from somatize._pictures._svg import duration_us
+
+    assert duration_us(us) == said

@@ -52,8 +52,9 @@ def duration_us(us):
     """Microseconds as a human reads them: µs, ms or s."""
     if us is None:
         return "—"
-    size, unit = next(((size, unit) for size, unit in ((1e6, "s"), (1e3, "ms")) if us >= size), (1, "µs"))
-    return f"{us / size:.3g} {unit}"
+    shown = float(f"{us:.3g}")  # the unit chosen after rounding: 999.7 µs reads "1 ms", not "1e+03 µs"
+    size, unit = next(((size, unit) for size, unit in ((1e6, "s"), (1e3, "ms")) if abs(shown) >= size), (1, "µs"))
+    return f"{shown / size:.3g} {unit}"
 
 
 def seconds(s):
