@@ -69,15 +69,14 @@ def _cell():
     return w.Layout(width="100%", min_width="0", height=HEIGHT, margin="0", grid_area="1 / 1 / 2 / 2")
 
 
-def _tick_labels(i, labelled, y):
-    """Column ``i``'s tick labels (``labelled``: [(place, text)]) as a figure
+def _tick_labels(i, labelled, x, y):
+    """Column ``i``'s tick labels (``labelled``: [(place, text)]; ``x``, ``y``: its column's scales) as a figure
     of their own, laid over the lines' figure: a text a tick, on the axis's
     left, each with a halo of the page's colour (STYLE). bqplot draws a
     figure's axes under its marks and a mark over those before it, so the
     labels cannot be the axis's (the lines ending at a tick ran over its
     label), and a Label mark among the lines would inset their plot area by
     its padding (``LABEL_PAD``), which breaks each line where two columns meet."""
-    x = bq.LinearScale(min=i - AXIS_AT, max=i + 1 - AXIS_AT)
     mark = bq.Label(x=np.full(len(labelled), float(i)), y=np.array([p for p, _ in labelled], dtype=np.float64),
                     text=[t for _, t in labelled], scales={"x": x, "y": y}, align="end", default_size=TICK_FONT,
                     font_weight="normal", colors=[INK], apply_clip=False,
@@ -148,7 +147,7 @@ class ExplorerView:
             ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
                          offset={"scale": x, "value": i}, tick_values=np.array([round(p, 4) for p in places]),
                          tick_labels={_key(p): "" for p in places})
-            ticks = _tick_labels(i, labelled, self.y)
+            ticks = _tick_labels(i, labelled, x, self.y)
             selector = bq.interacts.BrushIntervalSelector(scale=self.y, orientation="vertical", color=BRUSH)
             note = "metric" if i == 0 else f"|ρ| {axis.importance:.2f}"
             label = w.HTML(f'<div class="somatize-explorer-label" title="{escape(axis.column)}">'

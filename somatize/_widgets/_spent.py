@@ -310,11 +310,12 @@ def _spread_table(d):
              for r in d["rows"] if r["kind"] == "node"]
     # a number and its unit never part ("1.21 ms" read as "1.21" over "ms" in a narrow cell): a table
     # too wide for its cell scrolls across instead
-    cell = "padding:1px 12px 1px 0;text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap"
+    number = "padding:1px 12px 1px 0;text-align:right;font-variant-numeric:tabular-nums"
+    cell = number + ";white-space:nowrap"
     # short headings, so the table fits a 350 px cell: the title and the note below say the rest
     heads = ("mean", *(("backward",) if backward else ()), "median", "p95", "first")
-    head = "".join(f"<th style='{cell.replace(';white-space:nowrap', '')};color:{_svg.MUTED};font-weight:normal'>"
-                   f"{h}</th>" for h in heads)  # a heading may take two lines
+    # a heading may take two lines
+    head = "".join(f"<th style='{number};color:{_svg.MUTED};font-weight:normal'>{h}</th>" for h in heads)
     body = "".join(
         f"<tr><td style='padding:1px 12px 1px 0;white-space:nowrap'>{escape(name)}</td>"
         + "".join(f"<td style='{cell}'>{_svg.duration_us(v)}</td>"
