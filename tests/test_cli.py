@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+from as_nobody import as_nobody
+
 from somatize import Recorder, Store
 
 
@@ -115,25 +117,12 @@ def test_check_counts_what_it_checked_in_good_grammar(tmp_path):
     assert "(2 objects, 2 names, 3 runs)" in last
 
 
-AS_NOBODY = """
-import os, sys
-import somatize.record._check, somatize._store.store, somatize._store.check  # loaded lazily by the command
-from somatize.cli import check_report, runs_table
-# root ignores permission bits: read as an ordinary user. That user cannot read
-# this interpreter's own files, so the command's two functions run here.
-os.setuid(65534)
-report, clean = check_report(sys.argv[1])
-print("check", clean, report.splitlines()[-1])
-print("runs", runs_table(sys.argv[1]).splitlines()[-1])
-"""
-
-
-def test_the_commands_read_a_store_the_user_cannot_write(tmp_path):
+def test_the_commands_read_a_store_the_user_cannot_write():
     import shutil
     import tempfile
     from pathlib import Path
 
-    base = Path(tempfile.mkdtemp(prefix="somatize-cli-"))
+    base = Path(tempfile.mkdtemp(prefix="somatize-cli-"))  # pytest's tmp_path is root's alone
     try:
         base.chmod(0o755)
         store, live = make(base)
@@ -141,11 +130,13 @@ def test_the_commands_read_a_store_the_user_cannot_write(tmp_path):
         for p in [store.path, *store.path.rglob("*")]:
             p.chmod(0o555 if p.is_dir() else 0o444)
         before = sorted(store.path.rglob("*"))
-        out = subprocess.run([sys.executable, "-c", AS_NOBODY, str(store.path)],
-                             capture_output=True, text=True, check=True)
-        check, runs = out.stdout.splitlines()
-        assert check.startswith("check True clean:"), check
-        assert runs.startswith("runs live ") and " finished " in runs, runs
+        check = as_nobody("-m", "somatize.cli", "check", store.path)
+        assert check.returncode == 0, check.stderr
+        assert check.stdout.splitlines()[-1].startswith(f"clean: {store.path} ("), check.stdout
+        listed = as_nobody("-m", "somatize.cli", "runs", store.path)
+        assert listed.returncode == 0, listed.stderr
+        table = rows(listed.stdout)
+        assert table["live"]["state"] == "finished" and table["done"]["forwards"] == "30", listed.stdout
         assert sorted(store.path.rglob("*")) == before
     finally:
         for p in [base, *base.rglob("*")]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from as_nobody import as_nobody
 
 from somatize import Store, register_codec
 from somatize._base.errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
@@ -517,10 +518,8 @@ def test_a_store_of_format_1_is_read_and_marked_2_once_written_into(tmp_path):
 
 
 NOT_WRITABLE = """
-import os, sys
+import sys
 from somatize import Store
-if os.geteuid() == 0:
-    os.setuid(65534)  # root ignores permission bits: try as an ordinary user
 try:
     Store(sys.argv[1])
 except PermissionError as e:
@@ -543,8 +542,9 @@ def public_dir():
 def test_a_folder_that_cannot_be_written_is_refused_by_path(public_dir, where):
     (public_dir / "locked").mkdir(mode=0o555)
     target = public_dir / where
-    out = subprocess.run([sys.executable, "-c", NOT_WRITABLE, str(target)],
-                         capture_output=True, text=True, check=True).stdout
+    done = as_nobody("-c", NOT_WRITABLE, target)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert out.startswith("StoreNotWritable") and str(target) in out and "you can" in out
 
 
@@ -611,9 +611,8 @@ def test_readonly_opens_only_a_store_that_exists(tmp_path):
 
 
 READ_AS_NOBODY = """
-import os, sys
+import sys
 from somatize import Store
-os.setuid(65534)  # root ignores permission bits: read as an ordinary user
 try:
     Store(sys.argv[1])
 except PermissionError as e:
@@ -627,9 +626,9 @@ def test_a_store_one_may_only_read_opens_readonly(public_dir):
     Store(path).keep("x", 42)
     for p in [path, *path.rglob("*")]:
         p.chmod(0o555 if p.is_dir() else 0o444)
-    out = subprocess.run([sys.executable, "-c", READ_AS_NOBODY, str(path)],
-                         capture_output=True, text=True, check=True).stdout
-    refused, recalled = out.splitlines()
+    done = as_nobody("-c", READ_AS_NOBODY, path)
+    assert done.returncode == 0, done.stderr
+    refused, recalled = done.stdout.splitlines()
     assert "readonly=True" in refused and str(path) in refused
     assert recalled == "recalled: 42"
 
