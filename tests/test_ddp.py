@@ -154,14 +154,30 @@ def test_a_script_under_torchrun_trains_unchanged_and_records_one_run_with_each_
 
 def test_a_recorder_made_on_another_rank_than_0_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a data-parallel job's rank: as it should be, nothing said
     rec = somatize.Recorder(str(tmp_path), run="r")
     assert isinstance(rec, somatize.Recorder) and rec.recording is False
+    assert "RANK=1" in repr(rec) and "writes nothing" in repr(rec)
     rec({"fact": "loss", "value": 1.0})
     rec.close()
     assert not (tmp_path / "runs").exists()
     monkeypatch.setenv("RANK", "0")
     with somatize.Recorder(str(tmp_path), run="r") as rec:
         assert rec.recording is True
+
+
+def test_a_recorder_where_rank_is_set_outside_a_data_parallel_job_says_it_writes_nothing(tmp_path, monkeypatch):
+    from somatize.record._recorder import _Bystander
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(_Bystander, "warned", False)
+    with pytest.warns(RuntimeWarning, match=r"RANK=3 in this process's environment.*os.environ.pop\('RANK'\)") as said:
+        rec = somatize.Recorder(str(tmp_path), run="r")
+    assert [w.filename for w in said] == [__file__]  # pointed at the line that made it
+    assert rec.recording is False and "RANK=3" in repr(rec)
+    somatize.Recorder(str(tmp_path), run="r2").close()  # once a process (a second warning would raise here)
+    assert not (tmp_path / "runs").exists()
 
 
 def record_ranks(store, steps, us_of):

@@ -97,3 +97,108 @@ def test_close_marks_a_run_finished_or_interrupted_and_nothing_else(tmp_path):
     r.close("interrupted")
     row = runs(tmp_path / "store").iloc[0]
     assert row["state"] == "interrupted" and os.path.isdir(tmp_path / "store" / "runs" / "r")
+
+
+# ctrl-C inside a flush: a real SIGINT sent to this process from inside the
+# commit (Python's handler raises KeyboardInterrupt at the next line), or the
+# KeyboardInterrupt raised right there, at each stage of the commit
+def _log_written(real):  # facts.log's append done, nothing after it
+    calls = []
+
+    def hook(fd, parts):
+        real(fd, parts)
+        calls.append(fd)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+    return hook
+
+
+def _signalled_before_sync(real):  # every file written, none synced, the summary not renamed
+    calls = []
+
+    def hook(fds, together=True):
+        calls.append(1)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(fds, together)
+    return hook
+
+
+def _after_rename(real):  # the commit's summary renamed in: the commit stands
+    calls = []
+
+    def hook(self, written=None, together=True, durable=True):
+        real(self, written, together, durable)
+        if written is not None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyboardInterrupt
+    return hook
+
+
+STAGES = {
+    "log written": ("somatize.record._recorder.write_all", _log_written),
+    "SIGINT before the sync": ("somatize.record._recorder.sync_all", _signalled_before_sync),
+    "summary renamed": ("somatize.record._recorder.Recorder._write_summary", _after_rename),
+}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_ctrl_c_inside_a_flush_damages_nothing_and_the_run_closes_interrupted(tmp_path, monkeypatch, stage):
+    from somatize.record._check import check_run
+
+    path = tmp_path / "store"
+    where, hook = STAGES[stage]
+    module, name = where.rsplit(".", 1)
+    owner = (Recorder if module.endswith("Recorder") else sys.modules[module])
+    with pytest.raises(KeyboardInterrupt):
+        with Recorder(path, run="r") as rec:
+            for i in range(3):
+                rec.forward_began()
+                rec({"fact": "loss", "value": float(i)})
+            rec.flush()
+            for i in range(3, 6):
+                rec.forward_began()
+                rec({"fact": "loss", "value": float(i)})
+            monkeypatch.setattr(owner, name, hook(getattr(owner, name)))
+            rec.flush()  # ctrl-C lands in here
+            pytest.fail("the KeyboardInterrupt did not pass through flush()")
+    monkeypatch.undo()
+    row = runs(path).set_index("run").loc["r"]
+    assert (row["state"], row["cause"]) == ("interrupted", "KeyboardInterrupt (ctrl-C or SIGINT)")
+    assert list(curve(path, "r", "loss")) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # none lost, none twice
+    assert row["forwards"] == 6
+    assert check_run(path / "runs" / "r") == ([], [])
+    with Recorder(path, run="r", resume=True) as rec:
+        rec.forward_began()
+        rec({"fact": "loss", "value": 6.0})
+    assert list(curve(path, "r", "loss")) == [float(i) for i in range(7)]
+    assert runs(path).set_index("run").loc["r", "state"] == "finished"
+    assert check_run(path / "runs" / "r") == ([], [])
+
+
+def test_ctrl_c_inside_close_leaves_the_run_open_and_the_exit_marks_it_interrupted(tmp_path):
+    tail = "\n".join([
+        "from somatize.record import _recorder",
+        "real = _recorder.write_all",
+        "def hook(fd, parts):",
+        "    real(fd, parts)",
+        "    raise KeyboardInterrupt",
+        "_recorder.write_all = hook",
+        "r.forward_began(); r({'fact': 'loss', 'value': 0.25})",
+        "try:",
+        "    r.close()",
+        "except KeyboardInterrupt:",
+        "    print('close passed the KeyboardInterrupt on; open:', repr(r))",
+        "_recorder.write_all = real",
+        "raise KeyboardInterrupt",
+        ""])
+    path = tmp_path / "store"
+    done = subprocess.run([sys.executable, "-c", HEAD + tail, str(path)], capture_output=True, text=True)
+    assert done.returncode == -signal.SIGINT, done.stderr
+    said = done.stdout.strip()  # the Recorder is neither closed nor stopped by a failed flush
+    assert said.startswith("close passed the KeyboardInterrupt on; open: Recorder(run='r'")
+    assert "closed" not in said and "stopped" not in said
+    row = runs(path).set_index("run").loc["r"]
+    assert (row["state"], row["cause"]) == ("interrupted", "KeyboardInterrupt (ctrl-C or SIGINT)")
+    assert list(curve(path, "r", "loss")) == [0.5, 0.25]

@@ -309,8 +309,7 @@ class Browser:
                     running.append((n, "running"))
         for n, _ in running:
             folder = os.path.join(root, "runs", n)
-            # a Recorder of this process first: probing its lock would drop it
-            if _runs.live_recorder(folder) is None and not _runs.holder_alive(folder):
+            if not _runs.holder_alive(folder):  # this process's Recorders answer the probe too
                 return None
         return running
 

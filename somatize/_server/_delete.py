@@ -3,12 +3,10 @@ while a live Recorder holds the run's lock."""
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import stat
 
-from .._store import files
+from .._store import files, locks
 from ..record import _runs
 from ._public import Busy
 
@@ -53,14 +51,10 @@ def _hold_lock(run_fd: int, run: str) -> int:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise Busy(f"run {run!r}: its lock is not a regular file; run `somatize check` on the store")
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EACCES, errno.EAGAIN):
+        if not locks.take(fd):
             raise Busy(f"run {run!r} is being recorded (a live Recorder holds its lock): "
-                       f"delete it once it has finished or been stopped") from None
-        raise
-    except Busy:
+                       f"delete it once it has finished or been stopped")
+    except BaseException:
         os.close(fd)
         raise
     return fd

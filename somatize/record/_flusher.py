@@ -91,10 +91,14 @@ def _forget_after_fork():
     # A forked child inherits the registry but not the thread; it must
     # neither write nor close its parent's runs. A Recorder's lock that the
     # thread held at the fork would be held forever: made anew, so the
-    # child's copy still answers what it reads (forwards, curve).
+    # child's copy still answers what it reads (forwards, curve). The child's
+    # copy of each run's lock file is closed: the lock belongs to the open
+    # file (_store.locks), which the child shares, and a child that outlived
+    # its parent (a DataLoader worker) would keep the run locked.
     global _flusher
     for recorder in LIVE.values():
         recorder._flush_lock._at_fork_reinit()
+        recorder._let_go_after_fork()
     LIVE.clear()
     _flusher = None
 

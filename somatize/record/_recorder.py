@@ -27,6 +27,7 @@ import socket
 import stat
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import orjson
@@ -82,7 +83,10 @@ class Recorder:
     In a data-parallel job, a run has one writer: on a process whose
     ``RANK`` (set by torchrun and ``somatize.torch.launch``) is not 0, the
     Recorder made is a stand-in that opens and writes nothing
-    (``recording`` is False), so the same line runs on every rank.
+    (``recording`` is False; its repr says so, naming ``RANK``), so the same
+    line runs on every rank. Where ``RANK`` is set without ``WORLD_SIZE``
+    (no launcher of a data-parallel job set it), the first such Recorder of
+    the process also warns (``RuntimeWarning``), naming the variable.
 
     ``config``: the run's configuration (a dict of JSON-like values: the
     learning rate, the layer sizes, the seed), kept in its summary and shown
@@ -259,6 +263,8 @@ class Recorder:
             if not n:
                 return False
             marked = False
+            # ctrl-C reaches only the main thread: the flusher's own flushes need no way back
+            saved = None if background else self._saved()
             try:
                 batch = _Batch()
                 # In chunks: one huge young list would be walked by every
@@ -268,11 +274,17 @@ class Recorder:
                 if batch.count:
                     self._commit(batch, state, together=not background)
                     marked = state is not None
-            except BaseException as e:
+                # Only this (locked) flush deletes; appends land after index n.
+                # The try's last statement: once done, nothing is left to undo.
+                del pending[:n]
+            except Exception as e:
                 self._fail(e)
                 self._raise_if_unusable()
-            # Only this (locked) flush deletes; appends land after index n.
-            del pending[:n]
+            except BaseException:  # KeyboardInterrupt, SystemExit: they pass through, nothing damaged
+                if saved is None:
+                    raise
+                self._undo(saved, pending, n)
+                raise
             return marked
 
     def close(self, state: str = "finished") -> None:
@@ -304,15 +316,35 @@ class Recorder:
                 with self._flush_lock:
                     mark()
                     self._write_summary([])  # a run that never committed: its folders, made by Recorder(), synced
-        except BaseException as e:
+        except Exception as e:
             self._fail(e)
-        finally:
-            with self._flush_lock:
-                self._closed = True
-                if self._error is None:
-                    self._pending = _Stopped(self)  # a fact handed over now says "closed"
-                self._release()
+        except BaseException:
+            # ctrl-C (or SystemExit) during the close: nothing on disk is
+            # damaged. Unless the closing summary was renamed in, the run
+            # stays open: close() again, or the exit marks it interrupted.
+            if self._error is None and not self._closed_on_disk(state):
+                with self._flush_lock:
+                    self._summary["state"] = "running"
+                    self._summary.pop("cause", None)
+                raise
+            self._let_go()
+            raise
+        self._let_go()
         self._raise_if_unusable(closed_ok=True)
+
+    def _let_go(self):
+        with self._flush_lock:
+            self._closed = True
+            if self._error is None:
+                self._pending = _Stopped(self)  # a fact handed over now says "closed"
+            self._release()
+
+    def _closed_on_disk(self, state) -> bool:
+        """Whether the run's summary on disk says ``state`` (a close's commit was renamed in)."""
+        try:
+            return (load_summary(self.folder) or {}).get("state") == state
+        except Exception:
+            return False
 
     # -- a training resumed from what it kept --------------------------------
 
@@ -420,6 +452,41 @@ class Recorder:
                 f"the Recorder of run {self.run!r} is closed: make a new one, "
                 f"Recorder(store, run={self.run!r}, resume=True) to continue this run"
             )
+
+    def _saved(self):
+        """What a flush changes in memory, for ``_undo``."""
+        return (_copy(self._summary), self._log_bytes, self._forward, self._has_facts,
+                {name: hasher.copy() for name, hasher in self._hashers.items()})
+
+    def _undo(self, saved, pending, n):
+        """A flush stopped by KeyboardInterrupt or SystemExit (ctrl-C landing
+        in it, or raised by a signal handler): nothing on disk is damaged.
+        When its summary was renamed in, the commit stands and its ``n``
+        facts leave ``pending``. Otherwise the Recorder is put back as the
+        last commit left it: every file it appends to is cut back to the
+        bytes the summary on disk counts (a write may have landed past
+        them), and the facts stay pending for the next flush or the close.
+        A file that cannot be cut back stops the Recorder (``DamagedError``
+        at the next call; resume repairs the run)."""
+        summary, log_bytes, forward, has, hashers = saved
+        if self._log_bytes != log_bytes:
+            try:
+                on_disk = (load_summary(self.folder) or {}).get("log_bytes")
+            except Exception:
+                on_disk = None
+            if on_disk == self._log_bytes:
+                del pending[:n]
+                return
+        try:
+            for fd, size in ((self._fds.get(LOG), log_bytes), (self._fds.get(INDEX), summary["index"][0]),
+                             *((fd, summary["series"].get(name, (0, 0))[0])
+                               for name, fd in self._series_fds.items())):
+                if fd is not None:
+                    os.ftruncate(fd, size)
+        except OSError as e:
+            self._fail(e)
+        self._summary, self._log_bytes, self._forward, self._has_facts, self._hashers = (
+            summary, log_bytes, forward, has, hashers)
 
     def _grouped(self, batch):
         groups, self._forward, self._has_facts = _group(batch, self._forward, self._has_facts)
@@ -669,6 +736,16 @@ class Recorder:
                 except FileNotFoundError:
                     continue
 
+    def _let_go_after_fork(self):
+        """In a forked child: close the child's copy of the run's lock file
+        (the parent's copy keeps the lock) and never close it again."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def _release(self):
         self._close_files()
         self._close_unsynced()
@@ -700,9 +777,17 @@ class _Bystander(Recorder):
     given (a name of its own is drawn only where the run is written)."""
 
     recording = False
+    warned = False  # once a process
 
     def __init__(self, store, run=None, summarising=("loss",), resume=False, config=None):
         self.run, self.rank, self._closed = run, launched_rank(), False
+        if not _Bystander.warned and "WORLD_SIZE" not in os.environ:
+            _Bystander.warned = True
+            warnings.warn(
+                f"RANK={self.rank} in this process's environment, and no WORLD_SIZE: this Recorder "
+                f"(run {run!r}) writes nothing, as on a rank other than 0 of a data-parallel job, "
+                f"where rank 0 records the run. To record here, unset it first: os.environ.pop('RANK')",
+                RuntimeWarning, stacklevel=2)
 
     def __call__(self, fact):
         pass
@@ -736,7 +821,8 @@ class _Bystander(Recorder):
         self._closed = True
 
     def __repr__(self):
-        return f"Recorder(run={self.run!r}, rank={self.rank}: rank 0 records the run)"
+        return (f"Recorder(run={self.run!r}, RANK={self.rank}: writes nothing, "
+                f"rank 0 records the run)")
 
 
 def _copy(summary):

@@ -7,16 +7,16 @@ others list as ever. Only regular files in real folders of the store are read:
 and each run's folder in it without following one, and reads the run's files
 in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
-process died ("interrupted", its ``cause`` saying so). POSIX locks belong to a process and closing any
-descriptor of the file drops them, so a run recorded by this very process is
-never probed through its lock file: the in-process registry ``LIVE`` answers
-for it, from memory (a query never makes a live Recorder write).
+process died ("interrupted", its ``cause`` saying so). The lock is held by
+the Recorder's open file (``_store.locks``), so the probe is the answer for
+every run, this process's own included, and probing never drops it. A run
+recorded by this very process is read from memory through the in-process
+registry ``LIVE`` (its facts not yet flushed too; a query never makes a live
+Recorder write).
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import stat
 import threading
@@ -26,6 +26,7 @@ from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._base.forks import fork_safe
 from .._base.near import close_names
 from .._store import files as _store_files
+from .._store import locks
 from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
 from ._summary import LOST, MAX_BYTES, Broken, parse
@@ -191,32 +192,31 @@ _LOCK_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def try_lock(folder: Path) -> int | None:
-    """An fd holding the run's lock, or None when another process holds it."""
+    """An fd holding the run's lock, or None when another open file holds it
+    (in another process, or another Recorder of this one)."""
     try:
         fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | _LOCK_FLAGS, 0o644)
     except OSError as e:
         raise _files.NotAFile(f"{folder / LOCK} is not a regular file ({e.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _files.NotAFile(f"{folder / LOCK} is not a regular file")
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EACCES, errno.EAGAIN):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _files.NotAFile(f"{folder / LOCK} is not a regular file")
+        if not locks.take(fd):
+            os.close(fd)
             return None
+    except BaseException:
+        os.close(fd)
         raise
     return fd
 
 
 def holder_alive(folder: Path, at: int | None = None) -> bool:
-    """Whether another process holds the run's lock (never called for a run
-    this process records: closing our probe would drop our own lock).
+    """Whether a Recorder holds the run's lock, in this process or another.
 
-    The probe asks for a shared lock on a read-only descriptor: it conflicts
-    with the recorder's exclusive one, and needs no right to write, so a
-    store one may only read still tells running from interrupted. A lock
-    that is not a regular file is nobody's: the run reads interrupted."""
+    The probe opens the lock read-only (it needs no right to write, so a
+    store one may only read still tells running from interrupted) and asks
+    without taking the lock (``locks.held``). A lock that is not a regular
+    file is nobody's: the run reads interrupted."""
     try:  # read-only, no part below the store followed, a regular file or nothing
         fd = _files.open_regular(os.path.join(folder, LOCK), at=at)
     except (OSError, _files.NotAFile):
@@ -224,12 +224,11 @@ def holder_alive(folder: Path, at: int | None = None) -> bool:
     if fd is None:
         return False
     try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as e:
-        return e.errno in (errno.EACCES, errno.EAGAIN)
+        return locks.held(fd)
+    except OSError:
+        return False
     finally:
-        os.close(fd)  # closing releases the probe's lock
-    return False
+        os.close(fd)
 
 
 def log_short(folder, log_bytes, at: int | None = None) -> str | None:
@@ -337,7 +336,7 @@ def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
         return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}, None
     try:
         recorder = live.get(name)
-        if recorder is not None:
+        if recorder is not None and not recorder._closed:  # closed since the listing began: read from disk
             row = recorder._view().summary
             row["state"] = "running"
             return row, None
