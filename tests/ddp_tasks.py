@@ -148,6 +148,40 @@ def frozen_body(differ):
             .tolist()}
 
 
+SLOW_S = 0.1  # a slow rank's sleep a batch: far more than a step of the test model takes
+
+
+def slow_rank(store, where):
+    """Rank 0 watched by a Recorder, 12 batches through ``fit``; rank 1 slow
+    by ``SLOW_S`` a batch: "data", in its data iterable, before each of its
+    steps begins (a DataLoader slow to load), while rank 0's objective takes
+    ``SLOW_S / 10`` more (so rank 0's own steps are the longer); or
+    "compute", in its objective."""
+    import time
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0)
+
+    def data():
+        for x, y in batches(12, n=BATCH):
+            if where == "data" and rank == 1:
+                time.sleep(SLOW_S)
+            yield x.tensor_split(size)[rank], y.tensor_split(size)[rank]
+
+    def objective(out, y):
+        if where == "compute" and rank == 1:
+            time.sleep(SLOW_S)
+        elif where == "data" and rank == 0:
+            time.sleep(SLOW_S / 10)
+        return MSE(out, y)
+
+    rec = Recorder(store, run="slow")
+    t = Trainer(g, objective, torch.optim.SGD(parameters(g), lr=1e-2), watching=rec)
+    t.fit(data(), progress=False)
+    rec.close()
+    return t.steps
+
+
 def host_syncs(store, every):
     """Rank 0 watched by a Recorder, read_every=16, 16 steps under HostSyncs:
     how many reads off the device each step made (the update's all-reduce

@@ -208,6 +208,27 @@ def test_spent_shows_each_ranks_time_side_by_side_and_names_the_straggler(tmp_pa
     assert "rank 1 is the straggler" in s.to_html()
 
 
+@pytest.mark.parametrize("where", ["data", "compute"])
+def test_a_rank_slow_at_loading_its_data_or_in_its_step_is_named_the_straggler(tmp_path, where):
+    """The rank the others wait for at the update is the straggler, whether
+    it is slow in its step (its objective) or before it (its data iterable,
+    as a DataLoader slow to load). A rank's time was measured from its
+    step's start, so one slow at loading its data was invisible and spent
+    named the other rank, whose own steps (here a little longer) were the
+    longer. Real ranks: rank 1 sleeps in its data or its objective."""
+    from somatize.record import spent
+    from somatize.record._ranks import rank_time
+
+    assert launch(ddp_tasks.slow_rank, str(tmp_path), where, nprocs=2, timeout_s=TIMEOUT_S) == 12
+    time = rank_time(str(tmp_path), "slow")
+    assert [r["rank"] for r in time["ranks"]] == [0, 1] and time["straggler"]["rank"] == 1
+    assert time["straggler"]["fastest"] == 0
+    said = repr(spent(str(tmp_path), run="slow"))
+    assert "rank 1 is the straggler" in said and "the others wait for it at every update" in said
+    if where == "data":  # the text says where its time went
+        assert "before it began (loading its data" in said
+
+
 def test_spent_of_a_run_whose_rank_series_is_damaged_shows_the_nodes_and_names_the_damage(tmp_path):
     """spent raised DamagedError for the whole panel when one rank series
     no longer matched its checksum; the ranks are its optional part, so now

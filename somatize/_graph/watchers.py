@@ -26,9 +26,11 @@ ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
 # series lr/group<i>), said on the steps that say their clocks.
 # ranks: how many ranks a data-parallel job's loss is the mean over (said once); rank_us with "rank": i, rank
 # i's own work in a step (its forwards, objective and backward, before it waits for the others), in the
-# series rank_us/rank<i> (torch/_distributed.py).
+# series rank_us/rank<i>; rank_before_us with "rank": i, rank i's time before that step (from its last
+# collective's return to the step's start: loading its data), in the series rank_before_us/rank<i>
+# (torch/_distributed.py).
 TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us", "lr",
-                 "ranks", "rank_us")
+                 "ranks", "rank_us", "rank_before_us")
 # The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",

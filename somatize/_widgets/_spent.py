@@ -10,9 +10,11 @@ unwatched, its loss and metrics), apart from training; so is the Trainer's when 
 `trainer_us`: µs of loss, backward and update per step), split into its
 parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
 record holds them too; an older record draws it whole. A data-parallel run
-(`ranks`) also shows each rank's own work a step (`rank_us/rank<i>`) side by
-side and names the straggler: the rank whose steps take longest, and by how
-much over the fastest. Each node's backward
+(`ranks`) also shows each rank's own work a step side by side (its time to
+reach the update: in its step, `rank_us/rank<i>`, and before it, loading
+its data, `rank_before_us/rank<i>`; record/_ranks.py) and names the
+straggler: the rank the others wait for, and by how much over the fastest.
+Each node's backward
 time (`backward_us/<node>`, on the steps the Trainer's instruments record,
 the first of them left out as a forward's first is) stands beside its
 forward time in the table.
@@ -132,8 +134,11 @@ def straggler_text(d):
     s = d["straggler"]
     if s is None:
         return ""
+    before = s.get("before_us") or 0  # a run recorded before the time before a step was said: none
+    before = (f", {_svg.duration_us(before)} of each before it began (loading its data, the loop between "
+              "steps)") if before else ""
     return (f"rank {s['rank']} is the straggler: its steps take {_svg.duration_us(s['mean_us'])}, "
-            f"{_svg.duration_us(s['over_us'])} ({s['over']:.0%}) more than rank {s['fastest']}'s; "
+            f"{_svg.duration_us(s['over_us'])} ({s['over']:.0%}) more than rank {s['fastest']}'s{before}; "
             "the others wait for it at every update")
 
 
@@ -252,7 +257,10 @@ def spent_inner(d, graph=None, narrow=False):
                       "text": f"{_svg.duration_us(r['mean_us'])} a step",
                       "data": {"rank": r["rank"]},
                       "tip": f"rank {r['rank']}: {_svg.duration_us(r['mean_us'])} of its own work a step "
-                             f"({r['steps']:,} steps measured)", "parts": None}
+                             f"({_svg.duration_us(r['before_us'])} before the step began, loading its data; "
+                             f"{_svg.duration_us(r['work_us'])} in it), then it waits "
+                             f"{_svg.duration_us(r['wait_us'])} for the others ({r['steps']:,} steps measured)",
+                      "parts": None}
                      for r in d["ranks"]]
         label = straggler_text(d) or "one rank"
         parts.append(_h("Each rank's own work a step, before it waits for the others"
@@ -353,8 +361,9 @@ class Spent:
         self.rows = data["rows"]
         self.timeline = data["timeline"]
         self.slowest = data["slowest"]
-        self.ranks = data["ranks"]  # a data-parallel run's ranks: [{"rank", "mean_us", "steps"}]
-        self.straggler = data["straggler"]  # the slowest rank and by how much, or None
+        # a data-parallel run's ranks: [{"rank", "mean_us", "work_us", "before_us", "wait_us", "steps"}]
+        self.ranks = data["ranks"]
+        self.straggler = data["straggler"]  # the rank the others wait for and by how much, or None
         # a rank series that is damaged: what is wrong and how to mend it (then no ranks), else None
         self.ranks_problem = data.get("ranks_problem")
 
@@ -378,7 +387,9 @@ class Spent:
             lines.append(f"  {r['label']:<34} {_svg.duration_us(r['total_us']):>10}  {r['share']:6.1%}{mark}")
         for r in self.ranks:
             mark = "  <- straggler" if self.straggler and self.straggler["rank"] == r["rank"] else ""
-            lines.append(f"  rank {r['rank']:<29} {_svg.duration_us(r['mean_us']):>10}  a step{mark}")
+            lines.append(f"  rank {r['rank']:<29} {_svg.duration_us(r['mean_us']):>10}  a step ("
+                         f"{_svg.duration_us(r['before_us'])} before it began, waits "
+                         f"{_svg.duration_us(r['wait_us'])}){mark}")
         if self.straggler:
             lines.append("  " + straggler_text(self.data))
         if self.ranks_problem:
@@ -390,8 +401,10 @@ def spent(store, run, forward=None, graph=None):
     """Where the time of `run` went: total and mean time per node, the
     engine's and the Trainer's own time, and a timeline of one forward (the
     last, or `forward=N`). `graph=g` also draws those times on the graph.
-    A data-parallel run also shows each rank's own work a step and names
-    its straggler (`.ranks`, `.straggler`); a rank series that is damaged
+    A data-parallel run also shows each rank's own work a step (in its
+    step and before it, loading its data) and its wait at the update, and
+    names its straggler, the rank the others wait for (`.ranks`,
+    `.straggler`); a rank series that is damaged
     shows no rank and says what is damaged and how to mend it
     (`.ranks_problem`), the nodes' times still shown.
     Displays as a panel; `.rows` holds the numbers."""

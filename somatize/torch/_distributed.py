@@ -20,8 +20,14 @@ What one all-reduce carries, besides the gradients (``extras``, float64 or
 the gradients' float dtype): for each parameter whether this rank has a
 gradient for it (a parameter no rank touched keeps ``grad = None``, as in
 one process), the examples in the rank's group, the step's examples, and
-per rank its loss times its examples and its busy time (its own slots, the
-others zero, so the sum holds every rank's).
+per rank its loss times its examples and two clocks (its own slots, the
+others zero, so the sum holds every rank's): its work in the step (from the
+step's start to this all-reduce) and its time before the step (from the
+return of the last collective it made here to the step's start: loading its
+batch, the loop's own work between steps). The collective returns at about
+the same moment on every rank, so the rank whose two clocks add up to the
+most is the one the others wait for at the update (record/_ranks.py); a
+rank slow at loading its data is slow before its step, not in it.
 
 The Trainer weights each rank's losses by 1/size, so a rank's gradient is
 the mean over its group divided by size (and its backward sees, row for row, the numbers one process on the whole batch
@@ -47,6 +53,7 @@ its loss and clocks: one small collective a step.
 from __future__ import annotations
 
 import hashlib
+from time import perf_counter_ns
 
 import torch
 
@@ -90,6 +97,7 @@ class Ranks:
         nccl = dist.get_backend(group) == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None  # where collectives run
         self.losses = None  # each rank's own loss times its examples in the last sync (a tensor; see _extras)
+        self.returned = perf_counter_ns()  # when the last collective made here returned: a step's time before it
 
     def broadcast(self, tensors, what):
         """Rank 0's values of ``tensors`` put on every rank, in place."""
@@ -117,11 +125,13 @@ class Ranks:
                 "each) before making the Trainer"
             )
 
-    def sync(self, params, examples, loss, n, busy_us):
+    def sync(self, params, examples, loss, n, began):
         """The update's all-reduce: gradients averaged over every example of
         every rank, in place. ``loss`` (a 0-d tensor, the mean of the step's
-        ``n`` examples here) or None. Returns (the loss over every rank's
-        examples or None, each rank's busy µs), tensors left on the device:
+        ``n`` examples here) or None; ``began``: perf_counter_ns when the
+        step began, or None (no step under way). Returns (the loss over every
+        rank's examples or None, each rank's clocks: see ``_extras``), tensors
+        left on the device:
         nothing here waits for it unless this rank lacks a gradient (then it
         reads which parameters some rank has one for)."""
         device = params[0].device if params else torch.device("cpu")
@@ -151,7 +161,7 @@ class Ranks:
         # the extras ride in the first bucket of a float dtype on the first parameter's device, else alone
         host = next((k for k, f in enumerate(flats) if f.dtype in _FLOATS and f.device == device), None)
         dtype = flats[host].dtype if host is not None else torch.float64
-        extras = self._extras(flags, examples, loss, n, busy_us, dtype, device)
+        extras = self._extras(flags, examples, loss, n, began, dtype, device)
         if host is not None:
             cut = flats[host].numel()
             flats[host] = torch.cat([flats[host], extras])
@@ -183,9 +193,9 @@ class Ranks:
                 at += k
         return self._loss_and_clocks(extras[p_count + 1:], loss)
 
-    def sync_loss(self, loss, n, busy_us):
-        """A step that closes no group: its loss over every rank's examples, and each rank's busy µs."""
-        extras = self._extras([], 0, loss, n, busy_us, torch.float64, loss.device)
+    def sync_loss(self, loss, n, began):
+        """A step that closes no group: its loss over every rank's examples, and each rank's clocks."""
+        extras = self._extras([], 0, loss, n, began, torch.float64, loss.device)
         self._collective("the loss's all-reduce", lambda: self.dist.all_reduce(extras, group=self.group))
         return self._loss_and_clocks(extras[1:], loss)
 
@@ -208,12 +218,18 @@ class Ranks:
         self._collective(what, lambda: self.dist.all_gather(out, sent, group=self.group))
         return out if self.device is None else [t.to(tensor.device) for t in out]
 
-    def _extras(self, flags, examples, loss, n, busy_us, dtype, device):
-        """[flags, examples, n, each rank's loss * n, each rank's µs]: this rank's
-        own slots filled, the others zero, so the sum holds every rank's."""
+    def _extras(self, flags, examples, loss, n, began, dtype, device):
+        """[flags, examples, n, each rank's loss * n, each rank's work µs,
+        each rank's µs before its step]: this rank's own slots filled, the
+        others zero, so the sum holds every rank's. Its work: from ``began``
+        (the step's start, perf_counter_ns) to now; before its step: from the
+        return of its last collective to ``began``. Both 0 when ``began`` is
+        None (a group closed with no step under way)."""
         size, rank = self.size, self.rank
-        clocks = [0.0] * size
-        clocks[rank] = float(busy_us)
+        clocks = [0.0] * (2 * size)
+        if began is not None:
+            clocks[rank] = float((perf_counter_ns() - began) // 1000)
+            clocks[size + rank] = float(max(0, began - self.returned) // 1000)
         head = torch.tensor(flags + [float(examples), float(n)] + [0.0] * rank, dtype=dtype, device=device)
         weighted = (loss.detach().to(dtype) * n).reshape(1) if loss is not None else torch.zeros(1, dtype=dtype,
                                                                                                device=device)
@@ -221,10 +237,11 @@ class Ranks:
         return torch.cat([head, weighted.to(device), tail])
 
     def _loss_and_clocks(self, extras, loss):
-        """From [n summed, each rank's loss * n, each rank's µs]: the loss over
+        """From [n summed, each rank's loss * n, each rank's clocks]: the loss over
         every rank's examples (a 0-d tensor: the sum of the ranks' slots, in rank
         order, so bitwise the same on every rank, and not finite exactly when
-        some rank's loss is not) and the µs (a tensor); each rank's own slot
+        some rank's loss is not) and the clocks (a tensor: each rank's work µs,
+        then each rank's µs before its step); each rank's own slot
         kept as ``losses``, to name a rank whose loss was not finite."""
         size = self.size
         self.losses = extras[1:1 + size]
@@ -232,7 +249,9 @@ class Ranks:
 
     def _collective(self, what, call):
         try:
-            return call()
+            done = call()
+            self.returned = perf_counter_ns()
+            return done
         except RuntimeError as e:  # torch.distributed's errors (DistBackendError, timeouts) are RuntimeErrors
             others = [r for r in range(self.size) if r != self.rank]
             raise RankLost(

@@ -166,8 +166,9 @@ class Trainer:
     all-reduced gradients, so every rank skips the same updates and keeps
     one scale). The loss said is the mean over every rank's examples
     (``ranks`` says over how many);
-    only rank 0's ``watching=`` hears the job, with each rank's own time a
-    step (``rank_us``, for ``spent``'s straggler); a checkpoint is one, kept
+    only rank 0's ``watching=`` hears the job, with each rank's time in a
+    step and before it, loading its data (``rank_us``, ``rank_before_us``:
+    ``spent`` names the rank the others wait for); a checkpoint is one, kept
     by rank 0 with each rank's own random streams, resumed on as many ranks.
     ``group=False`` trains in this process alone. The ranks read at the same
     steps (``read_every`` the least any rank asks for: 1 when rank 0 is
@@ -267,7 +268,7 @@ class Trainer:
         self._step_began = None  # perf_counter_ns when the step under way began (its busy time, for the ranks)
         self._step_loss = None  # (the step's loss here, its examples): what the update's all-reduce carries
         self._global_loss = None  # that loss over every rank's examples, once all-reduced
-        self._rank_us = None  # each rank's busy µs in the last step, from the last all-reduce (a tensor)
+        self._rank_us = None  # each rank's work µs in the last step, then its µs before it (a tensor; _distributed)
         self._began_s = 0.0  # the clock when the last step that said its clocks began: its wall_s
         self._split = [0, 0, 0]  # ns of the step in the objective, the backward, the update (when it says clocks)
         self._lrs = []  # each parameter group's learning rate as a step that says its clocks began
@@ -399,7 +400,7 @@ class Trainer:
                 value = self._global_loss
         elif ranks is not None:
             t = now()
-            value, self._rank_us = ranks.sync_loss(value, n, (perf_counter_ns() - self._step_began) // 1000)
+            value, self._rank_us = ranks.sync_loss(value, n, self._step_began)
             split[2] += now() - t
             if self.read_every == 1:
                 self._refused(value, index)
@@ -458,8 +459,7 @@ class Trainer:
         if self._ranks is not None:  # the one place gradients cross ranks (_distributed.py)
             loss, n = self._step_loss or (None, 0)
             began, self._step_loss = self._step_began, None
-            busy = 0 if began is None else (perf_counter_ns() - began) // 1000
-            self._global_loss, self._rank_us = self._ranks.sync(self._params, self._group_n, loss, n, busy)
+            self._global_loss, self._rank_us = self._ranks.sync(self._params, self._group_n, loss, n, began)
             if loss is not None and self.read_every == 1:  # refused on every rank before the weights move
                 self._refused(self._global_loss, self.steps - 1)
         probe = self._instruments if self._recording else None
@@ -878,8 +878,9 @@ class Trainer:
             for i, lr in enumerate(self._lrs):
                 lr = lr if lr.__class__ is float else float(lr)
                 emit({"fact": "lr", "value": lr} if i == 0 else {"fact": "lr", "group": i, "value": lr})
-            if self._rank_us is not None:  # every rank's own work in this step (_distributed.py)
-                said = [{"fact": "rank_us", "rank": rank, "value": None} for rank in range(self._ranks.size)]
+            if self._rank_us is not None:  # every rank's work in this step, and its time before it (_distributed.py)
+                said = [{"fact": fact, "rank": rank, "value": None} for fact in ("rank_us", "rank_before_us")
+                        for rank in range(self._ranks.size)]
                 if self.read_every > 1:
                     self._reading.owe(self._rank_us.unbind(), said, list)  # read off the device with the losses
                 else:
