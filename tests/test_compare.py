@@ -4,8 +4,14 @@ them (bqplot's selector traits: `brushing`, then `selected`), and what the
 explorer says is checked against runs(store, where=explorer.where) and
 against the runs' own config; its static picture is read off its SVG."""
 
+import json
 import math
+import os
 import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +21,7 @@ from somatize.record import compare, runs
 
 from pictures import SVG, parse, svg_markup, text_of
 
+ROOT = Path(__file__).resolve().parents[1]
 OPTS = ("adam", "sgd", "rmsprop")
 
 
@@ -362,3 +369,95 @@ def test_a_config_key_no_query_can_name_is_no_axis(tmp_path):
         explorer.brush(explorer.axes.index(column), [0.0, 0.5])
         assert sorted(explorer.selected["run"]) == sorted(runs(store, where=explorer.where)["run"])
     assert sorted(explorer.selected["run"]) == ["r0", "r1"]
+
+
+def test_compare_own_where_is_the_explorers_where_before_any_brush(store):
+    """compare(store, where=q).where is q until a brush moves (the docstring
+    says every brush's query begins with it; no brush, it is the query)."""
+    query = 'config.opt != "sgd" and config.seed <= 3'
+    explorer = compare(store, where=query)
+    assert explorer.where == query
+    assert set(explorer.selected["run"]) == set(runs(store, where=explorer.where)["run"])
+    assert f"where={query!r}" in repr(explorer)
+    explorer.brush(explorer.axes.index("loss.best"), [0.0, 0.5])
+    explorer.brush(explorer.axes.index("loss.best"), None)  # cleared: back to compare's own
+    assert explorer.where == query
+
+
+# Past 2**53 a float's spacing is wider than a tick's step: a tick stepped by
+# `t += step` stood still, and compare() never returned while its memory grew.
+# Each case runs in a child whose memory is bounded (an unbounded list ends in
+# MemoryError) and guarded against a hang, so a failure fails the test and not
+# the suite.
+GUARD_S = 120  # a guard against hangs, not a measurement
+MEMORY_CAP = 1 << 30  # RLIMIT_AS of the child: four times what compare() takes
+
+BOUNDED = textwrap.dedent(r"""
+    import json, resource, sys
+    cap = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    exec(sys.argv[2])
+""")
+
+
+def bounded(code, *args):
+    """What ``code`` prints as JSON, run in a child under ``MEMORY_CAP``
+    (``args`` in its ``sys.argv[3:]``)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", BOUNDED, str(MEMORY_CAP), textwrap.dedent(code), *args],
+                              capture_output=True, text=True, timeout=GUARD_S, check=False,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no answer in {GUARD_S} s: a loop without bound")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+BIG = [(2**53 + 1, 2**53 + 3), (2**60, 2**60 + 64 * 3), (2**60, 2**60 + 64 * 9), (-(2**60) - 192, -(2**60)),
+       (2**63 - 1, 2**63 + 2000), (1e17, 1e17 + 16), (1e300, 1e300 * (1 + 4e-16))]
+
+
+def test_ticks_past_2_53_are_few_and_increasing():
+    got = bounded("""
+        from somatize.record import _chart
+        print(json.dumps([[_chart.ticks(float(lo), float(hi), count, whole=whole) for count in (4, 5, 6)
+                           for whole in (True, False)] for lo, hi in json.loads(sys.argv[3])]))
+    """, json.dumps(BIG))
+    for (lo, hi), lists in zip(BIG, got):
+        lo, hi = float(lo), float(hi)
+        for values in lists:
+            assert 1 <= len(values) <= 8, (lo, hi, values)
+            assert all(a < b for a, b in zip(values, values[1:])), (lo, hi, values)
+            assert all(lo - (hi - lo) <= t <= hi for t in values), (lo, hi, values)
+            if hi > lo:
+                assert len(values) >= 2, (lo, hi, values)
+
+
+@pytest.mark.parametrize("seeds", [[2**53 + 1, 2**53 + 3], [2**60 + 64 * k for k in range(4)],
+                                   [2**63 - 1, 2**63 + 1000, 2**63 + 2000]])
+def test_compare_over_config_ints_past_2_53_returns_and_draws_them_at_their_float_place(tmp_path, seeds):
+    store = Store(tmp_path / "s")
+    for i, seed in enumerate(seeds):
+        with Recorder(store, run=f"r{i}", config={"seed": seed}) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 + i})
+    got = bounded("""
+        from somatize.record import compare
+        explorer = compare(sys.argv[3])
+        i = explorer.axes.index("config.seed")
+        axis = explorer.axis_list[i]
+        picture = explorer.to_html()
+        explorer.brush(i, [0.0, 1.0])
+        print(json.dumps({"ticks": axis.ticks, "places": axis.places.tolist(), "where": explorer.where,
+                          "selected": sorted(explorer.selected["run"]), "picture": picture}))
+    """, str(store.path))
+    lo, hi = float(min(seeds)), float(max(seeds))
+    assert got["places"] == [(float(s) - lo) / (hi - lo) for s in seeds]  # each at its float's place
+    places = [p for p, _ in got["ticks"]]
+    labels = [label for _, label in got["ticks"]]
+    assert 2 <= len(places) <= 6 and all(a < b for a, b in zip(places, places[1:]))
+    assert all(-1e-9 <= p <= 1 + 1e-9 for p in places) and len(set(labels)) == len(labels)
+    assert got["where"] == f"config.seed >= {min(seeds)} and config.seed <= {max(seeds)}"  # exact ends
+    assert got["selected"] == [f"r{i}" for i in range(len(seeds))]
+    shown = [text_of(t) for t in parse(got["picture"]).iter(f"{SVG}text") if t.get("class") == "tick"]
+    assert set(labels) <= set(shown)

@@ -334,7 +334,7 @@ class Explorer:
         self.axis_list = [head, *keys]
         self.missing = any((a.places == MISSING).any() for a in self.axis_list)
         self.brushes: list = [None] * len(self.axis_list)
-        self._where_text = None
+        self._where_text = where  # no brush yet: the query is compare's own
         self._view = None
         self._curves: dict = {}
         self._select()

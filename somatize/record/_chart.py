@@ -76,7 +76,10 @@ def distinct(values, label):
 
 
 def ticks(lo, hi, count=5, whole=False):
-    """Round tick values covering [lo, hi]; `whole`: whole numbers only."""
+    """Round tick values covering [lo, hi], increasing: about `count` of
+    them, at most 1.25 × `count` + 1; `whole`: whole numbers only. Where a
+    float's spacing is wider than the step (past 2**53), the ticks that
+    round to one float are one tick."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return []
     if hi <= lo:
@@ -88,11 +91,10 @@ def ticks(lo, hi, count=5, whole=False):
         step = 1 if step < 1 else 2 if step == 2.5 else step
     first = math.ceil(lo / step - 1e-9) * step
     digits = 3 - math.floor(math.log10(step))  # rounded relative to the step: 3e-13 stays, 1e15 + 2 too
-    out, t = [], first
-    while t <= hi + step * 1e-9:
-        out.append(round(t, digits))
-        t += step
-    return out
+    # counted, never stepped: t += step stands still where the step is under half a float's spacing.
+    # At most count * 1.25 + 1: the step is at least (hi - lo) / count, or 2 where 2.5 was
+    n = max(0, math.floor((hi - first) / step + 1e-9) + 1)
+    return list(dict.fromkeys(round(first + i * step, digits) for i in range(n)))
 
 
 def log_ticks(lo, hi):
