@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.errors import CodecError as CodecError
     from ._base.errors import DamagedError as DamagedError
     from ._base.errors import LaunchError as LaunchError
+    from ._base.errors import LoaderNotResumable as LoaderNotResumable
     from ._base.errors import MissingExtra as MissingExtra
     from ._base.errors import NodeError as NodeError
     from ._base.errors import NonFiniteLoss as NonFiniteLoss
@@ -36,6 +37,7 @@ _WHERE = {
     "CodecError": "._base.errors",
     "DamagedError": "._base.errors",
     "LaunchError": "._base.errors",
+    "LoaderNotResumable": "._base.errors",
     "MissingExtra": "._base.errors",
     "NonFiniteLoss": "._base.errors",
     "SomatizeKeyError": "._base.errors",

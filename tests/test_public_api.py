@@ -13,7 +13,7 @@ import somatize
 
 PUBLIC_ERRORS = ["SomatizeError", "NodeError", "WatcherError", "DamagedError", "StoreNotWritable",
                  "CodecError", "MissingExtra", "NonFiniteLoss", "SomatizeKeyError", "SomatizeTypeError",
-                 "SomatizeValueError", "QueryError", "RankLost", "LaunchError"]
+                 "SomatizeValueError", "QueryError", "RankLost", "LaunchError", "LoaderNotResumable"]
 ROOT = pathlib.Path(somatize.__file__).parent
 
 

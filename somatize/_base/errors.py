@@ -83,6 +83,15 @@ class NonFiniteLoss(SomatizeError, FloatingPointError):
     ranks whose own loss was not finite (empty in one process)."""
 
 
+class LoaderNotResumable(SomatizeError, TypeError):
+    """A resumed ``fit`` cannot skip the batches its epoch had done in this
+    loader: a torch ``DataLoader`` loading in this process whose iterator
+    lacks the internals the Trainer advances (another torch, or a subclass
+    with an iterator of its own). Raised before anything moves; the message
+    names the loader's class, its iterator's, torch's version and what to
+    pass instead."""
+
+
 class RankLost(SomatizeError, RuntimeError):
     """A rank of a data-parallel job is gone: killed, or it raised, or it
     stopped answering within the process group's timeout. Raised on the

@@ -67,13 +67,13 @@ from time import perf_counter_ns, time
 
 import torch
 
-from .._base.errors import NonFiniteLoss, SomatizeTypeError, SomatizeValueError
+from .._base.errors import LoaderNotResumable, NonFiniteLoss, SomatizeTypeError, SomatizeValueError
 from .._base.values import Opaque
 from .._graph import engine as _engine
 from .._graph.watchers import Watchers, held
 from .._store.store import as_store
 from . import _checkpoint as _kept
-from . import _distributed, _evaluate, _reading
+from . import _cursor, _distributed, _evaluate, _reading
 from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._modes import Modes
@@ -586,10 +586,12 @@ class Trainer:
         order (torch's RNG and a DataLoader's ``generator`` are put back as
         they were when the epoch began). The batches already done are
         skipped without loading them by a DataLoader loading in this process
-        (``num_workers=0``: its sampler is advanced) or a loader that keeps
-        its own place (``state_dict``/``load_state_dict``, as torchdata's
-        StatefulDataLoader); any other iterable loads them again and drops
-        them."""
+        from a map-style dataset (``num_workers=0``: its sampler is
+        advanced; one whose iterator lacks the torch internals this needs is
+        refused with ``LoaderNotResumable`` before anything moves) or a
+        loader that keeps its own place (``state_dict``/``load_state_dict``,
+        as torchdata's StatefulDataLoader); any other iterable loads them
+        again and drops them."""
         epochs = _positive_int("epochs", epochs)
         if epochs > 1 and _one_shot(batches):
             raise SomatizeTypeError(
@@ -609,6 +611,7 @@ class Trainer:
             )
         total = len(batches) if hasattr(batches, "__len__") else None
         at, self._resume_at = self._resume_at, None
+        resumed = at  # put back when the loader cannot go on from there (_cursor), nothing moved
         if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
             at = [self.steps // total, self.steps % total, None, None] if total else [0, self.steps, None, None]
         keeps_place = callable(getattr(batches, "state_dict", None)) and callable(
@@ -641,6 +644,9 @@ class Trainer:
                 self.close_group()
                 if evaluate is not None:
                     self.evaluate(evaluate, metrics)
+        except LoaderNotResumable:
+            self._resume_at = resumed  # so that a fit over a loader that can go on from there resumes
+            raise
         finally:
             self._fit_at = self._fit_loader = None
             if bar is not None:
@@ -664,7 +670,11 @@ class Trainer:
             skip = 0
         it = iter(batches)
         if skip:
-            _skip(it, skip)  # all of them too: the epoch draws what it draws to its end (see below)
+            try:
+                _cursor.skip(batches, it, skip)  # all of them too: the epoch draws what it draws to its end (see below)
+            except LoaderNotResumable:
+                _put_rng(now, generator)  # as the checkpoint left them
+                raise
         if now is not None:
             # Torch's RNG goes back to where the checkpoint left it; the loader's
             # generator stays where drawing this epoch's order left it, as it
@@ -941,20 +951,6 @@ def _put_rng(kept, generator):
     torch.set_rng_state(kept[0])
     if generator is not None and kept[1] is not None:
         generator.set_state(kept[1])
-
-
-def _skip(it, k):
-    """Skip ``k`` batches of ``it``. A DataLoader loading in this process
-    skips them by its sampler alone, loading none (its sampler draws its
-    order as it would have); any other iterable loads them and drops them."""
-    indices = getattr(it, "_sampler_iter", None)
-    if type(it).__name__ == "_SingleProcessDataLoaderIter" and indices is not None:
-        for _ in range(k):
-            next(indices)
-        it._num_yielded += k
-        return
-    for _ in range(k):
-        next(it)
 
 
 def _count(x, y, micro, index):
