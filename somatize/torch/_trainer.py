@@ -73,7 +73,7 @@ from .._graph import engine as _engine
 from .._graph.watchers import Watchers, held
 from .._store.store import as_store
 from . import _checkpoint as _kept
-from . import _cursor, _distributed, _evaluate, _reading
+from . import _cursor, _distributed, _evaluate, _reading, _schedule
 from ._batch import checked_keys, moved, pair
 from ._instruments import Instruments, due
 from ._modes import Modes
@@ -107,9 +107,17 @@ class Trainer:
     optimizer's parameters together) before each update. ``store`` is passed
     to every forward, so cached nodes are kept and recalled there.
 
-    ``schedule``: a ``torch.optim.lr_scheduler`` over ``optimizer``, stepped
-    once per update (never per step or piece, never on an update that fp16
-    skipped). Each step that says its clocks records the learning rate its
+    ``schedule``: a ``torch.optim.lr_scheduler`` over ``optimizer``. One
+    whose ``step()`` takes no value is stepped once per update (never per
+    step or piece, never on an update that fp16 skipped). One whose ``step``
+    needs the value it watches (``ReduceLROnPlateau``, or a scheduler of
+    one's own with ``step(self, metrics)``) is stepped once per evaluation
+    (``evaluate``, or ``fit``'s ``evaluate=``), never per update, on the
+    evaluation's ``val_loss``, or on the value ``schedule_on=`` names:
+    ``schedule_on="val_accuracy"`` with ``metrics=("accuracy",)``; an
+    evaluation that does not measure it is refused before it runs. A
+    scheduler whose ``step`` needs anything else is refused here, naming it.
+    Each step that says its clocks records the learning rate its
     update used, ``lr`` (one more fact, with ``group``, per further
     parameter group), so ``progress(store, run=..., name="lr")`` draws it.
 
@@ -183,7 +191,8 @@ class Trainer:
 
     def __init__(self, g, objective, optimizer, every=1, micro=1, watching=None, clip=None, store=None,
                  schedule=None, precision=None, device=None, keys=None, read_every=None,
-                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True, group=None):
+                 checkpoint=None, checkpoint_every=None, checkpoint_also=(), instruments=True, group=None,
+                 schedule_on=None):
         if not isinstance(g, _engine.Graph):
             raise SomatizeTypeError(
                 f"Trainer(g, ...) takes a Graph; got {type(g).__name__}. Build one with Graph.somatize(a >> b)."
@@ -205,13 +214,10 @@ class Trainer:
                 raise SomatizeValueError(f"clip={clip!r}: give the max gradient norm as a positive number, "
                                          "or clip=None")
             clip = float(clip)
-        if schedule is not None and getattr(schedule, "optimizer", None) is not optimizer:
-            raise SomatizeValueError(
-                f"schedule={type(schedule).__name__} does not schedule the Trainer's optimizer: build it over "
-                "the same one, e.g. schedule=torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)"
-            )
+        self._schedule_on = _schedule.checked(schedule, optimizer, schedule_on)  # None: stepped per update
         self.g, self.objective, self.optimizer, self.clip, self.store = g, objective, optimizer, clip, store
         self.schedule = schedule
+        self._per_update = schedule if self._schedule_on is None else None  # what an update steps
         self.keys = checked_keys(keys)
 
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -484,8 +490,8 @@ class Trainer:
         self._open = self._group_n = 0
         if moved_:
             self.updates += 1
-            if self.schedule is not None:
-                self.schedule.step()
+            if self._per_update is not None:
+                self._per_update.step()
         return moved_
 
     def _drop(self):
@@ -609,6 +615,8 @@ class Trainer:
                 "fit(..., evaluate=...) got a one-shot iterator, which the second evaluation would "
                 "find empty. Give something that can be iterated again: a list, a DataLoader, or list(...)."
             )
+        if evaluate is not None:  # a schedule stepped on an evaluation's value: it must measure it
+            _schedule.check_measured(self.schedule, self._schedule_on, _evaluate.checked_metrics(metrics))
         total = len(batches) if hasattr(batches, "__len__") else None
         at, self._resume_at = self._resume_at, None
         resumed = at  # put back when the loader cannot go on from there (_cursor), nothing moved
@@ -694,8 +702,16 @@ class Trainer:
         watchers as ``val_loss``, ``val_<name>`` and ``eval_us`` at the
         current step; ``Live`` and ``progress`` draw them beside the loss.
         No weight, no random stream of training and no forward's number
-        moves. Returns ``{"val_loss": v, "val_<name>": v, ...}``."""
-        return _evaluate.evaluate(self, batches, metrics)
+        moves. Returns ``{"val_loss": v, "val_<name>": v, ...}``. A schedule
+        stepped on an evaluation's value (``schedule_on``) is stepped once
+        on it, after; an evaluation that does not measure that value is
+        refused before any batch is read."""
+        if self._schedule_on is None:
+            return _evaluate.evaluate(self, batches, metrics)
+        _schedule.check_measured(self.schedule, self._schedule_on, _evaluate.checked_metrics(metrics))
+        said = _evaluate.evaluate(self, batches, metrics)
+        self.schedule.step(said[self._schedule_on])
+        return said
 
     # -- weights
     def export(self):
