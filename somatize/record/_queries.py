@@ -386,7 +386,9 @@ def runs(store, where=None):
     damaged), ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
     ``duration`` (seconds), ``host``, ``pid``; one ``config.<key>`` column per
     key of the runs' configs (``Recorder(..., config=...)``; a nested dict
-    flattened as ``config.optim.lr``; empty where a run has no such key); for
+    flattened as ``config.optim.lr``; empty where a run has no such key; a
+    column of ints is ``Int64``, or of objects past 64 bits, when one of
+    them is past 2**53, which a float would round); for
     each summarised fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and
     ``<fact>.max`` (best: max for a fact named like a score, ``acc``,
     ``f1``, …; min for any other); a ``cause`` column says why an
@@ -460,7 +462,27 @@ def frame(rows, nested=None):
     columns = [*fixed, *configs, *stats_columns]
     columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
     table = pd.DataFrame(rows, columns=columns)
+    for column in configs:
+        if table[column].dtype.kind == "f":  # pandas' floats round an int past 2**53: kept exact, as recorded
+            _exact(table, column, [row.get(column) for row in rows])
     for when in ("started", "updated"):
         table[when] = pd.to_datetime(table[when], unit="s", errors="coerce")  # a forged time reads NaT
     # the rows' lists and dicts are kept and shared: not handed out
     return unshared(table, [c for c in (nested_columns(rows) if nested is None else nested) if c in configs])
+
+
+def _exact(table, column, values):
+    """``table[column]`` made of ``values`` again when one of them is an int
+    a float does not hold exactly: a nullable ``Int64`` column when every
+    value is an int of 64 bits or missing (None), else one of objects."""
+    import pandas as pd
+
+    if all(v.__class__ is not int or -_EXACT_INT <= v <= _EXACT_INT for v in values):
+        return
+    if all(v is None or v.__class__ is int and -(1 << 63) <= v < 1 << 63 for v in values):
+        table[column] = pd.Series(pd.array(values, dtype="Int64"), index=table.index)
+    else:
+        table[column] = pd.Series(values, index=table.index, dtype=object)
+
+
+_EXACT_INT = 1 << 53  # an int of at most this size is a float exactly
