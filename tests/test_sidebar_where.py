@@ -50,3 +50,28 @@ def test_the_filter_box_asks_the_server_a_query_and_shows_what_it_means(tmp_path
         box.fill("0.0")  # a part of a name: matched in the page
         wait_shown(page, ["lr-0.001", "lr-0.01"])
         assert message.is_hidden()
+
+
+def test_a_row_shows_nan_and_infinities_and_the_box_asks_by_the_one_rule(tmp_path):
+    """The server sends NaN and the infinities as words (JSON has none); a
+    row reads them as Python writes them, and min and best leave NaN out."""
+    root = tmp_path / "root"
+    store = Store(root / "s")
+    for run, losses in {"up": [0.9, float("inf")], "nan": [0.9, float("nan")], "half": [float("nan"), 0.5]}.items():
+        with Recorder(store, run=run) as r:
+            for v in losses:
+                r.forward_began()
+                r({"fact": "loss", "value": v})
+    with sidebar_page(root, tmp_path) as page:
+        side = page.locator("#somatize-sidebar")
+        wait_shown(page, ["half", "nan", "up"])
+        cells = side.locator("tr.smz-row").evaluate_all(
+            "rows => Object.fromEntries(rows.map(r => [r.dataset.run, "
+            "r.querySelector('td[data-fact=loss]').textContent]))")
+        assert cells == {"up": "inf / 0.9", "nan": "nan / 0.9", "half": "0.5 / 0.5"}  # last / best
+        box = side.locator("input.smz-filter")
+        for query, want in [("loss.last != 0.5", ["up"]), ("loss.last == null", []), ("loss.max == inf", ["up"]),
+                            ("not loss.last == 0.5", ["nan", "up"])]:  # each a change of what is shown
+            assert sorted(runs(store, where=query)["run"]) == want
+            box.fill(query)
+            wait_shown(page, want)

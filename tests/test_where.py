@@ -103,8 +103,12 @@ ORACLE = [
     ('config.name == "ünï"', "h"),
     ('config.name > "b"', "h"),
     ("loss.last < 0.1", "bdh"),
-    ("loss.last == null", "cf"),
+    ("loss.last == null", ""),  # NaN is a number, not null
     ("loss.last != null", "abdh"),
+    ("loss.last != 0.5", "abdh"),  # NaN: false, != too
+    ("loss.last not in [0.5]", "abdh"),
+    ("not loss.last == 0.5", "abcdefgh"),
+    ("loss.max < inf", "abcdfh"),
     ("loss.min == 3", "c"),
     ("loss.max >= 2", "bc"),
     ("loss.first == 1", "a"),
@@ -371,7 +375,7 @@ def test_runs_refuses_a_bad_query_before_reading_anything(tmp_path):
 _VALUES = [0, 1, -1, 1.0, 0.5, -0.0, float("nan"), float("inf"), float("-inf"), True, False, None, "a", "b", "",
            "ünï", "1", 2**53, 2**53 + 1, -(2**62), 2**62, [1], {"a": 1}, 10**30]
 _LITERALS = ["0", "1", "1.0", "0.5", "-1", "1e308", "true", "false", "null", '"a"', '""', '"ünï"', '"1"',
-             "9007199254740992", "9007199254740993", "4611686018427387904"]
+             "9007199254740992", "9007199254740993", "4611686018427387904", "inf", "-inf"]
 
 
 _EXACT = [v for v in _VALUES if not isinstance(v, (list, dict)) and not (isinstance(v, int) and abs(v) > 2**53)]

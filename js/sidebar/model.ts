@@ -13,13 +13,16 @@ export interface IStore {
   runs: number;
 }
 
+/** A summarised value as the server sends it: NaN and the infinities as words, since JSON has none; null: none yet. */
+export type StatValue = number | 'NaN' | 'Infinity' | '-Infinity' | null;
+
 export interface IStat {
   count: number;
-  first: number | null;
-  last: number | null;
-  min: number | null;
-  max: number | null;
-  best: number | null; // the server's rule (record/_columns.best): max for a score, min for the rest
+  first: StatValue;
+  last: StatValue;
+  min: StatValue;
+  max: StatValue;
+  best: StatValue; // the server's rule (record/_columns.best): max for a score, min for the rest
 }
 
 export interface IRun {
@@ -89,14 +92,26 @@ export interface IChosen {
   row: IRun;
 }
 
-/** A summarised fact's best value, as the server says it (one rule, in record/_columns.py). */
-export function best(stat: IStat): number | null {
-  return stat.best ?? null;
+const NOT_FINITE: Record<string, number> = { NaN: NaN, Infinity: Infinity, '-Infinity': -Infinity };
+
+/** A value the server sent as a number, or as the word JSON has instead of NaN or an infinity. */
+export function numeric(v: unknown): unknown {
+  return typeof v === 'string' && v in NOT_FINITE ? NOT_FINITE[v] : v;
 }
 
-export function number(v: number | null | undefined, digits = 4): string {
-  if (v === null || v === undefined || !Number.isFinite(v)) {
+/** A summarised fact's best value, as the server says it (one rule, in record/_columns.py). */
+export function best(stat: IStat): number | null {
+  return (numeric(stat.best) as number | null) ?? null;
+}
+
+/** A number as the table shows it: NaN and the infinities as Python writes them (nan, inf, -inf); '–' for none. */
+export function number(v: number | string | null | undefined, digits = 4): string {
+  v = numeric(v) as number | string | null | undefined;
+  if (typeof v !== 'number') {
     return '–';
+  }
+  if (!Number.isFinite(v)) {
+    return Number.isNaN(v) ? 'nan' : v > 0 ? 'inf' : '-inf';
   }
   const a = Math.abs(v);
   if (a !== 0 && (a < 1e-3 || a >= 1e5)) {
@@ -209,7 +224,7 @@ export function columnValue(row: IRun, column: string): unknown {
   const dot = column.lastIndexOf('.');
   if (dot > 0 && STATS.includes(column.slice(dot + 1))) {
     const stat = row.summarising?.[column.slice(0, dot)];
-    return stat ? (stat[column.slice(dot + 1) as keyof IStat] ?? null) : undefined;
+    return stat ? (numeric(stat[column.slice(dot + 1) as keyof IStat]) ?? null) : undefined;
   }
   if (column === 'age') {
     return row.updated;

@@ -54,6 +54,7 @@ from ..record._chart import chart
 from ..record._check import check_run
 from ..record._columns import best, config_columns
 from ..record._queries import steps_of
+from ..record._summary import stat_json
 from ..record._where import Query
 from ._delete import delete_run
 from ._discover import Walk, is_store
@@ -506,9 +507,10 @@ def _row(root: str, s: dict) -> dict:
         "started": s.get("started"),
         "updated": s.get("updated"),
         "duration": (s["updated"] - s["started"]) if s.get("updated") and s.get("started") else None,
-        # best by the rule runs() names its <fact>.best column by (record/_columns)
-        "summarising": {k: {**{f: v.get(f) for f in ("count", "first", "last", "min", "max")}, "best": best(k, v)}
-                        for k, v in facts.items()},
+        # best by the rule runs() names its <fact>.best column by (record/_columns); NaN and the
+        # infinities as "NaN", "Infinity", "-Infinity" (JSON has no word for them), null where none yet
+        "summarising": {k: {**{f: stat_json(v.get(f)) for f in ("count", "first", "last", "min", "max")},
+                            "best": stat_json(best(k, v))} for k, v in facts.items()},
         "curves": sorted(n for n in s.get("series", {}) if n != "finished/took_us"),
         # flattened as runs() flattens it ({"optim.lr": 0.1}): one rule, in record/_columns
         "config": config_columns(s.get("config") or {}, prefix=""),

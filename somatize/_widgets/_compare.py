@@ -37,9 +37,10 @@ BINS = 32  # bins along an axis, when binned
 CURVES = 20  # curves drawn at most: the best of the selection by the metric
 CURVE_POINTS = 300  # each thinned to this many bucket means
 MISSING = -0.12  # the place of a run without the axis's value, below the axis's foot
+INSET = 0.08  # on an axis holding an infinity: the gap between its end, where the infinity is, and the finite values
 GREY = "#9ca3af"  # a run outside the selection, and one without the metric (hex: bqplot takes no CSS variable)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_/]*")
-_WORDS = {"and", "or", "not", "in", "true", "false", "null", "True", "False", "None"}
+_WORDS = {"and", "or", "not", "in", "true", "false", "null", "True", "False", "None", "inf"}
 
 
 def _column_text(column: str) -> str:
@@ -106,9 +107,12 @@ class Axis:
     its ticks ``[(place, label)]``, and the query a brush on it means.
 
     Numbers are placed linearly, or by their logarithm when all are positive
-    and span more than two decades (``_chart.wants_log``); anything else
-    (strings, booleans, null, numbers among them) is a set of values spread
-    evenly from foot to top: false, true, numbers, strings, null."""
+    and span more than two decades (``_chart.wants_log``); an infinity (a
+    summary's ``inf``) at the end of its sign, ``INSET`` apart from the
+    finite values, its tick reading ``inf`` or ``-inf``. Anything else
+    (strings, booleans, null, numbers among them; numbers that are all
+    infinite) is a set of values spread evenly from foot to top: false,
+    true, numbers, strings, null."""
 
     def __init__(self, column, values):
         self.column = column
@@ -117,31 +121,37 @@ class Axis:
         self.numeric = bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in present)
         self.importance = None
-        if self.numeric:
-            self._numbers(values, present)
+        finite = [v for v in present if v - v == 0] if self.numeric else []
+        if finite:
+            self._numbers(values, present, finite)
         else:
+            self.numeric = False
             self._categories(values)
 
-    def _numbers(self, values, present):
-        self._least, self._most = min(present), max(present)  # as recorded (an int past 2**53 stays exact)
+    def _numbers(self, values, present, finite):
+        self._least, self._most = min(finite), max(finite)  # as recorded (an int past 2**53 stays exact)
         lo, hi = float(self._least), float(self._most)
-        self.log = _chart.wants_log(present)
+        self.log = _chart.wants_log(finite)
         self.whole = all(isinstance(v, int) for v in present)
         self.lo, self.hi = lo, hi
+        self._up, self._down = math.inf in present, -math.inf in present  # infinities: at the ends
+        self._g0, self._g1 = INSET if self._down else 0.0, 1.0 - INSET if self._up else 1.0  # the finite values
         f = math.log10 if self.log else float
         self._f0, self._span = f(lo), (f(hi) - f(lo)) or 1.0
         data = np.array([float(v) if v is not _ABSENT and _present(v) else np.nan for v in values])
         with np.errstate(invalid="ignore", divide="ignore"):
-            places = ((np.log10(data) if self.log else data) - self._f0) / self._span
+            places = self._g0 + ((np.log10(data) if self.log else data) - self._f0) / self._span * (self._g1 - self._g0)
         if hi == lo:
-            places = np.where(np.isnan(data), np.nan, 0.5)
+            places = np.where(np.isnan(data), np.nan, self.place(lo))
+        places = np.where(data == np.inf, 1.0, np.where(data == -np.inf, 0.0, places))
         self.places = np.where(np.isnan(places), MISSING, places)
         if hi == lo:
-            self.ticks = [(0.5, _chart.tick_label(lo))]
+            self.ticks = [(self.place(lo), _chart.tick_label(lo))]
         else:
             values = _chart.log_ticks(lo, hi) if self.log else _chart.ticks(lo, hi, 4, whole=self.whole)
             self.ticks = [(self.place(t), label) for t, label in _chart.distinct(
                 [t for t in values if lo - 1e-9 * abs(lo) <= t <= hi + 1e-9 * abs(hi)], _chart.tick_label)]
+        self.ticks = [(0.0, "-inf")] * self._down + self.ticks + [(1.0, "inf")] * self._up
         self.categories = None
 
     def _categories(self, values):
@@ -164,16 +174,36 @@ class Axis:
                       for c in self.categories]
 
     def place(self, v):
-        """The place of value ``v`` on a numeric axis (outside [0, 1] when outside its range)."""
-        if self.hi == self.lo:
-            return 0.5
+        """The place of value ``v`` on a numeric axis (outside [0, 1] when outside its range; an
+        infinity at the end of its sign)."""
+        if v - v != 0:
+            return 1.0 if v > 0 else 0.0
+        g0, g1 = self._g0, self._g1
+        if self.hi == self.lo:  # one finite value, in the middle; with infinities, a value beside it between
+            side = 0.0 if not (self._up or self._down) or v == self.lo else 0.25 if v > self.lo else -0.25
+            return (g0 + g1) / 2 + side * (g1 - g0)
         f = math.log10 if self.log else float
-        return (f(v) - self._f0) / self._span
+        return g0 + (f(v) - self._f0) / self._span * (g1 - g0)
 
     def value(self, place):
         """The value at ``place`` on a numeric axis."""
-        x = self._f0 + place * self._span
+        x = self._f0 + (place - self._g0) / (self._g1 - self._g0) * self._span
         return 10.0 ** x if self.log else x
+
+    def _bound(self, at, foot):
+        """The value a brush's end at place ``at`` stands for (its foot when ``foot``, else its top):
+        an end on the place of an infinity is that infinity; one in the gap beside an infinity is
+        past every finite value; one at or past the finite values' end is their least or greatest."""
+        if self.hi == self.lo and not (self._up or self._down):
+            return self._least if foot else self._most  # one value: any brush holds it
+        if foot and at <= 0 and self._down:
+            return -math.inf
+        if not foot and at >= 1 and self._up:
+            return math.inf
+        low, high = (self._g0, self._g1) if self.hi != self.lo else (self.place(self.lo),) * 2
+        if foot:
+            return self._least if at <= low else math.inf if at > high else None
+        return self._most if at >= high else -math.inf if at < low else None
 
     def term(self, brush):
         """The query a brush ``(foot, top)`` in places means, in the grammar."""
@@ -185,14 +215,13 @@ class Axis:
         if b < a:  # a brush below the foot: runs without a value, which no comparison holds for
             return f"{column} in []"
         # a brush at the foot or the top holds the very value there (10 ** log10(n) is not always n)
-        at_foot, at_top = self.hi == self.lo or a <= 0, self.hi == self.lo or b >= 1
-        lo = self.lo if at_foot else self.value(a)
-        hi = self.hi if at_top else self.value(b)
+        lo, hi = self._bound(a, True), self._bound(b, False)
         if self.whole:  # the ends as recorded; a bound within a float's error of a whole number is that number
-            lo = self._least if at_foot else math.ceil(lo - 1e-9 - 1e-12 * abs(lo))
-            hi = self._most if at_top else math.floor(hi + 1e-9 + 1e-12 * abs(hi))
+            lo = math.ceil(self.value(a) - 1e-9 - 1e-12 * abs(self.value(a))) if lo is None else lo
+            hi = math.floor(self.value(b) + 1e-9 + 1e-12 * abs(self.value(b))) if hi is None else hi
         else:
-            lo, hi = _outward(lo, True), _outward(hi, False)
+            lo = _outward(self.value(a) if lo is None else lo, True)
+            hi = _outward(self.value(b) if hi is None else hi, False)
         return f"{column} >= {_literal(lo)} and {column} <= {_literal(hi)}"
 
     def _spots(self):
@@ -224,10 +253,10 @@ class Axis:
                 lo = max(lo, min(numbers))
             if op in ("<", "<=", "==", "in"):
                 hi = min(hi, max(numbers))
-        if self.hi == self.lo:
+        if self.hi == self.lo and not (self._up or self._down):
             return [0.0, 1.0] if lo <= self.lo <= hi else None
-        if self.log:
-            lo, hi = max(lo, self.lo), min(hi, self.hi)
+        if self.log:  # no place below a log axis's foot (nor an infinity's own place taken away)
+            lo, hi = lo if lo == -math.inf else max(lo, self.lo), hi if hi == math.inf else min(hi, self.hi)
         foot = 0.0 if lo == -math.inf else max(0.0, self.place(lo))
         top = 1.0 if hi == math.inf else min(1.0, self.place(hi))
         if foot > top:

@@ -21,10 +21,13 @@ fact whose name says higher is better (``acc``, ``score``, ``f1``, ``auc``,
 ``reward``, ``precision``, ``recall``, ``iou``, ``bleu`` anywhere in it),
 ``min`` for any other (a loss, an error, a time).
 
-Values are as recorded: ints stay ints, booleans booleans, strings strings. A
-summary's value that was not finite (JSON keeps no NaN or infinity, so it
-reads back as null) is None; ``started`` and ``updated`` are seconds since
-1970, ``duration`` seconds from the first to the last update.
+Values are as recorded: ints stay ints, booleans booleans, strings strings,
+a NaN or an infinity a float as it was. A summarised fact's column that has
+no value (a fact summarised but never recorded; ``min``, ``max`` and
+``best`` of one recorded only as NaN) is left out of the row, as a config
+key a run was not given is: a value the run lacks, never a null.
+``started`` and ``updated`` are seconds since 1970, ``duration`` seconds
+from the first to the last update.
 """
 
 from __future__ import annotations
@@ -64,10 +67,6 @@ def config_columns(config: dict, prefix: str = CONFIG + ".") -> dict:
     return out
 
 
-def _finite(v):
-    return v if v is None or v.__class__ is not float or v - v == 0 else None
-
-
 def steps(summary: dict):
     """A run's steps: the count of its ``loss`` facts (one a step, as the
     Trainer records), else its forwards."""
@@ -76,10 +75,12 @@ def steps(summary: dict):
 
 
 def stat_columns(name: str, stat: dict, stats=STATS) -> dict:
+    """The columns ``stats`` of summarised fact ``name``, those with a value."""
     out = {}
     for which in stats:
         value = best(name, stat) if which == "best" else stat.get(which)
-        out[f"{name}.{which}"] = _finite(value)
+        if value is not None:
+            out[f"{name}.{which}"] = value
     return out
 
 

@@ -388,23 +388,45 @@ def runs(store, where=None):
     key of the runs' configs (``Recorder(..., config=...)``; a nested dict
     flattened as ``config.optim.lr``; empty where a run has no such key; a
     column of ints is ``Int64``, or of objects past 64 bits, when one of
-    them is past 2**53, which a float would round); for
-    each summarised fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and
-    ``<fact>.max`` (best: max for a fact named like a score, ``acc``,
-    ``f1``, …; min for any other); a ``cause`` column says why an
-    interrupted run was (the exception that ended its script, an exit
-    without ``close()``, a process killed), a ``problem`` column why a
-    damaged run is damaged. Reads the summaries, no facts.
+    them is past 2**53, which a float would round); for each summarised
+    fact ``<fact>.last``, ``<fact>.best``, ``<fact>.min`` and ``<fact>.max``
+    (best: max for a fact named like a score, ``acc``, ``f1``, …; min for
+    any other; ``min``, ``max`` and ``best`` are over the values that are
+    not NaN, wherever a NaN fell; ``last`` is the last value, NaN or not;
+    NaN and infinities are kept as they were; empty where a fact has no such
+    value); a ``cause`` column says why an interrupted run was (the
+    exception that ended its script, an exit without ``close()``, a process
+    killed), a ``problem`` column why a damaged run is damaged. Reads the
+    summaries, no facts.
 
     ``where``: only the runs a query holds for, like
     ``where='config.lr < 1e-2 and loss.best < 0.1'`` (``and``, ``or``,
-    ``not``, ``in [...]``, ``==``, ``!=``, ``<`` … on values as recorded,
-    a boolean never equal to a number; also ``age``, seconds since a run's
-    last update, and ``<fact>.first``, ``<fact>.count``). A comparison with a
-    value a run lacks, or with NaN, is false, and ``not`` negates that. A
-    query runs no code; one that does not read raises ``somatize.QueryError``
-    naming the character where reading stopped and what could stand there.
-    (``Store.runs()`` returns only the names, sorted.)"""
+    ``not``, ``in [...]``, ``not in [...]``, ``==``, ``!=``, ``<`` … on
+    values as recorded, a boolean never equal to a number; also ``age``,
+    seconds since a run's last update, ``<fact>.first`` and
+    ``<fact>.count``: how many values the fact was given, NaN included).
+    The same query answers the same in ``somatize runs --where``, the run
+    browser and ``compare``, by one rule for what a run lacks, NaN and
+    infinities:
+
+    - a comparison (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``,
+      ``not in``) with a value the run lacks is false: a config key it was
+      not given, a fact it does not summarise, a value its summarised fact
+      never had (a fact never recorded; the ``min``, ``max`` and ``best``
+      of one recorded only as NaN);
+    - a comparison with NaN is false too, ``!=`` and ``not in`` included;
+    - ``not`` negates what its operand gave: ``not loss.last == 0.5``
+      holds for a run whose last loss is NaN, or that has none;
+    - ``null`` is a value recorded as None (a config's): ``== null`` holds
+      for it alone, never for NaN nor for a value the run lacks;
+    - an infinity is a number beyond every finite one, written ``inf`` or
+      ``-inf``: ``loss.max == inf`` and ``loss.max > 1e308`` hold for a run
+      whose largest loss was infinite.
+
+    A query runs no code; one that does not read raises
+    ``somatize.QueryError`` naming the character where reading stopped and
+    what could stand there. (``Store.runs()`` returns only the names,
+    sorted.)"""
     from . import _columns, _table, _where
 
     query = None if where is None else _where.Query(where)  # a bad query fails before anything is read
@@ -452,13 +474,14 @@ def frame(rows, nested=None):
     fixed = list(_columns.FIXED)
     configs: dict = {}  # the config columns, then the summarised ones, each in order of appearance
     stats_columns: dict = {}
-    shown = tuple(f".{s}" for s in _columns.STATS)
+    asked = tuple(f".{s}" for s in _columns.QUERY_STATS)
     for row in rows:
         for column in row:
             if column.startswith("config."):
                 configs[column] = None
-            elif column.endswith(shown):
-                stats_columns[column] = None
+            elif column.endswith(asked):  # each of a fact's shown columns, whichever of them it has a value in
+                fact = column.rsplit(".", 1)[0]
+                stats_columns.update(dict.fromkeys(f"{fact}.{s}" for s in _columns.STATS))
     columns = [*fixed, *configs, *stats_columns]
     columns += [said for said in ("cause", "problem") if any(said in row for row in rows)]
     table = pd.DataFrame(rows, columns=columns)

@@ -594,7 +594,7 @@ class Recorder:
             raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
         kept = False
         try:
-            data = orjson.dumps(self._summary, option=orjson.OPT_SERIALIZE_NUMPY)
+            data = _summary.dumps(self._summary)
             if written is None and not durable:
                 write_all(fd, [data])
                 self._unsynced, kept = fd, True  # synced with the first commit's files (_synced)

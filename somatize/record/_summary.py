@@ -21,6 +21,14 @@ xxh3 checksum of the index and of each series over those bytes.
 ``config`` is the run's configuration as ``Recorder(..., config=...)`` was
 given it (``config_json`` checks it is JSON-like); a summary written before
 runs had one reads as ``{}``.
+
+A summarised fact (``_fold``): ``count`` is how many values it was given,
+NaN included (the Trainer's steps are the count of its losses); ``first``
+and ``last`` are the first and the last, whatever they are; ``min`` and
+``max`` are over the values that are not NaN, and None while there is none.
+JSON has no word for NaN or an infinity, so ``dumps`` writes them as the
+strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` and ``parse`` reads them
+back as floats: a value is never written as null, which says "none yet".
 """
 
 from __future__ import annotations
@@ -76,8 +84,39 @@ def _number(v) -> bool:
     return (v.__class__ is int or v.__class__ is float) and v.__class__ is not bool
 
 
-def _number_or_none(v) -> bool:
-    return v is None or v.__class__ is float or v.__class__ is int
+_NOT_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_STAT_FIELDS = ("first", "last", "min", "max")
+
+
+def _stat_value(v):
+    """A summarised fact's value as read: a number, None, or a float that
+    JSON has no word for, written as ``_NOT_FINITE`` says; ``_MISSING``
+    for anything else."""
+    if v is None or v.__class__ is float or v.__class__ is int:
+        return v
+    if v.__class__ is str:
+        return _NOT_FINITE.get(v, _MISSING)
+    return _MISSING
+
+
+def stat_json(v):
+    """A summarised fact's value as JSON holds it (the inverse of ``_stat_value``)."""
+    if v.__class__ is float and v - v != 0:
+        return "NaN" if v != v else "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def dumps(summary: dict) -> bytes:
+    """``summary`` as the bytes of ``summary.json``: the summarised facts'
+    values that are NaN or infinite written as ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` (orjson would write null)."""
+    import orjson
+
+    stats = summary["summarising"]
+    if any(stat_json(v) is not v for stat in stats.values() for v in stat.values()):
+        summary = {**summary, "summarising": {name: {f: stat_json(v) for f, v in stat.items()}
+                                              for name, stat in stats.items()}}
+    return orjson.dumps(summary, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _count(v) -> bool:
@@ -152,12 +191,11 @@ def parse(raw: bytes) -> dict:
         if pair[0] > limit or pair[0] % POINT_BYTES:
             raise Broken(f"series {name!r:.60} counts {pair[0]} bytes, more than {facts} facts can make")
     for name, x in s["summarising"].items():
-        if not isinstance(x, dict) or not _count(x.get("count")) or not (
-            _number_or_none(x.get("first")) and _number_or_none(x.get("last"))
-            and _number_or_none(x.get("min")) and _number_or_none(x.get("max"))
-        ):
+        values = [_stat_value(x.get(f)) for f in _STAT_FIELDS] if isinstance(x, dict) else [_MISSING]
+        if not isinstance(x, dict) or not _count(x.get("count")) or _MISSING in values:
             raise Broken("field 'summarising' must be {name: {count, first, last, min, max}}, "
                          f"it holds {x!r:.60} for {name!r:.60}")
+        x.update(zip(_STAT_FIELDS, values))
     for node, x in s["nodes"].items():
         if not isinstance(x, dict) or not (_count(x.get("ran")) and _count(x.get("recalled")) and _count(x.get("kept"))
                                            and _number(x.get("total_us")) and _number(x.get("max_us"))):
@@ -316,12 +354,16 @@ def _fits(n):
 
 
 def _fold(s, value):
-    # min and max may read back None (an inf or NaN is null in JSON): start again there
+    """One more value of a summarised fact: ``count``, ``first`` and ``last``
+    take every value, NaN too; ``min`` and ``max`` take those that are not
+    NaN (None while there is none), so a NaN moves neither, wherever it fell."""
     if s["count"] == 0:
         s["first"] = value
+    s["count"] += 1
+    s["last"] = value
+    if value != value:
+        return
     if s["min"] is None or value < s["min"]:
         s["min"] = value
     if s["max"] is None or value > s["max"]:
         s["max"] = value
-    s["count"] += 1
-    s["last"] = value

@@ -13,11 +13,12 @@ row (``_columns.row``). A query may come from a shared notebook or a URL.
     operand    := column | literal
     column     := name ("." name)*       e.g. state, config.lr, loss.best
     name       := [A-Za-z_][A-Za-z0-9_/]*  or  `any text but a backtick`
-    literal    := number | "string" | 'string' | true | false | null
+    literal    := number | inf | -inf | "string" | 'string' | true | false | null
 
 ``and``, ``or``, ``not``, ``in`` may be written in capitals; ``True``,
-``False``, ``None`` are ``true``, ``false``, ``null``. A comparison has a
-column on at least one side. Columns (``_columns``): the fixed ones (``run``,
+``False``, ``None`` are ``true``, ``false``, ``null``; a column whose first
+name is one of these values is written between backticks (`` `inf`.last ``).
+A comparison has a column on at least one side. Columns (``_columns``): the fixed ones (``run``,
 ``state``, ``forwards``, ``steps``, ``facts``, ``started``, ``updated``,
 ``duration``, ``host``, ``pid``, ``cause``, ``problem``, and ``age``: seconds since the
 run's last update, at the moment the query is asked), ``config.<key>``, and
@@ -30,17 +31,20 @@ point order), a boolean or null only by ``==`` and ``!=``; values of
 different kinds are never equal (``config.flag == 1`` is false for
 ``flag=True``) and never ordered.
 
-**Missing and NaN.** A comparison whose column a run lacks (a config key it
-was not given, a fact it did not summarise, any column of a run listed as
+**Missing, NaN, null, infinity** (the rule ``somatize.record.runs`` states
+for every surface): a comparison whose column a run lacks (a key absent
+from its row: a config key it was not given, a fact it did not summarise,
+a summarised fact's value it never had, any column of a run listed as
 damaged without a summary) is false, and so is one with a NaN, ``!=`` and
 ``not in`` included. ``not`` negates whatever its operand gave: ``not
 config.lr < 0.1`` holds for a run without ``lr``. ``== null`` holds for a
-value recorded as null: a config's None, or a summary's value that was not
-finite (JSON keeps no NaN or infinity).
+value recorded as None alone (a config's): NaN is a number, not null, and
+a value a run lacks compares with nothing. ``inf`` and ``-inf`` are the
+infinities, numbers ordered beyond every finite one.
 
 Bounds: a query is at most ``MAX_LENGTH`` characters, nests ``not`` and
 parentheses at most ``MAX_DEPTH`` deep, lists at most ``MAX_LIST`` values;
-a number is at most 40 characters, finite, and an integer fits 64 bits
+a number is at most 40 characters, finite (but ``inf``, ``-inf``), and an integer fits 64 bits
 (-2**63 to 2**64 - 1, what a Recorder records). A
 query that does not read raises ``QueryError`` naming the character where
 reading stopped and what could have stood there, with a caret under it.
@@ -66,10 +70,11 @@ MAX_NUMBER = 40  # characters of one number
 NAMES = (*FIXED, "cause", "problem", "age")
 _COMPARE = ("==", "!=", "<", "<=", ">", ">=")
 _KEYWORDS = {"and": "and", "or": "or", "not": "not", "in": "in"}
-_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
+_CONSTANTS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None,
+              "inf": float("inf")}
 _TOKEN = re.compile(
     r"""(?P<space>[ \t\r\n]+)
-      | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+      | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|-inf(?![A-Za-z0-9_/]))
       | (?P<name>[A-Za-z_][A-Za-z0-9_/]*)
       | (?P<quoted>`[^`\x00-\x1f]{1,200}`)
       | (?P<string>"(?:[^"\\\x00-\x1f]|\\.)*"|'(?:[^'\\\x00-\x1f]|\\.)*')
@@ -79,7 +84,7 @@ _TOKEN = re.compile(
 _ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t"}
 _WRONG = {"=": "==", "&&": "and", "&": "and", "||": "or", "|": "or", "!": "not", "<>": "!="}
 _MISSING = object()
-_VALUE = "a value (a number, a \"string\", true, false or null)"
+_VALUE = "a value (a number, inf, -inf, a \"string\", true, false or null)"
 _OPERATOR = "an operator (==, !=, <, <=, >, >=, in or not in)"
 _COLUMN = "a column (state, config.lr, loss.best, …)"
 
@@ -238,6 +243,10 @@ class _Parser:
         kind, text, at, _ = token
         if kind == "name" and text in _CONSTANTS:
             self.take()
+            after = self.peek()
+            if after[0] == "op" and after[1] == ".":
+                _fail(self.query, at, _COLUMN, repr(text), f"{text} is a value; a column of that name is "
+                      f"written between backticks: `{text}`.last")
             return ("value", _CONSTANTS[text])
         if kind == "name" and self.word() is None or kind == "quoted":
             return ("column", self.column())
@@ -272,6 +281,8 @@ class _Parser:
         kind, text, at, _ = self.take()
         if kind == "string":
             return _unquote(self.query, text, at)
+        if text == "-inf":
+            return float("-inf")
         if len(text) > MAX_NUMBER:
             _fail(self.query, at, f"a number of at most {MAX_NUMBER} characters", f"one of {len(text)}")
         if re.fullmatch(r"-?\d+", text):
@@ -282,7 +293,8 @@ class _Parser:
             return value
         value = float(text)
         if value - value != 0:
-            _fail(self.query, at, "a finite number", text[:40], "the largest a float holds is about 1.8e308")
+            _fail(self.query, at, "a finite number", text[:40],
+                  "the largest a float holds is about 1.8e308; an infinity is written inf or -inf")
         return value
 
     def values(self) -> list:
