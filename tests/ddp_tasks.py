@@ -182,6 +182,21 @@ def slow_rank(store, where):
     return t.steps
 
 
+def hangs(at):
+    """Rank 1 stops answering as its data iterable would give batch ``at``
+    (it waits forever, as on a lock never released); the others train on."""
+    import threading
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    g = built(seed=0)
+    t = Trainer(g, MSE, torch.optim.SGD(parameters(g), lr=1e-2))
+    for i, (x, y) in enumerate(batches(8, n=BATCH)):
+        if i == at and rank == 1:
+            threading.Event().wait()  # forever: only the launcher's SIGKILL ends it
+        t.step((x.tensor_split(size)[rank], y.tensor_split(size)[rank]))
+    return t.steps
+
+
 def host_syncs(store, every):
     """Rank 0 watched by a Recorder, read_every=16, 16 steps under HostSyncs:
     how many reads off the device each step made (the update's all-reduce

@@ -6,6 +6,7 @@ and relaunched equals one never stopped; a rank lost is named."""
 
 import copy
 import math
+import re
 
 import pytest
 import torch
@@ -125,6 +126,36 @@ def test_a_rank_that_hangs_before_joining_the_group_is_killed_and_named(monkeypa
     with pytest.raises(somatize.RankLost, match=r"never joined the process group.*timeout_s=2") as e:
         launch(ddp_tasks.returns_tensor, nprocs=2, timeout_s=2)
     assert e.value.lost == min(hang)
+
+
+def test_a_rank_that_stops_answering_is_named_with_its_last_step_and_ended_by_the_launcher():
+    """Rank 1 hangs before its step 4; rank 0 waits timeout_s for it at the
+    update and ends with RankLost. The launcher ended rank 1 only
+    timeout_s + GRACE_S later and said it was "killed by SIGKILL", as if
+    something else had killed it; now it ends it ENDING_S after rank 0
+    ended, and says that it stopped answering, its last step and that the
+    launcher ended it."""
+    with pytest.raises(somatize.RankLost) as e:
+        launch(ddp_tasks.hangs, 4, nprocs=2, timeout_s=5)
+    said = str(e.value)
+    assert e.value.lost == 1 and "SIGKILL" in said and "killed by" not in said
+    assert re.search(r"rank 1 of 2 \(pid \d+\) stopped answering: its last step, step 3, began [\d.]+ s before "
+                     r"the launcher ended it\. The other ranks waited timeout_s=5 s for it", said), said
+    assert "(rank 0: RankLost); the launcher then ended it (SIGKILL)" in said
+
+
+def test_the_launcher_ends_the_ranks_left_soon_after_one_ends_with_rank_lost():
+    """When a rank ends with RankLost its collective failed (it waited
+    timeout_s for a rank, or found one gone): a rank still alive then is
+    given ENDING_S to end by itself, not timeout_s more. A rank that ended
+    otherwise leaves the others their next collective: timeout_s + GRACE_S."""
+    from somatize.torch._launch import ENDING_S, GRACE_S, _deadline
+
+    assert _deadline(60, first_bad=100.0, first_lost=100.0) == 100.0 + ENDING_S < 100.0 + 60
+    assert _deadline(60, first_bad=100.0, first_lost=103.0) == 103.0 + ENDING_S
+    assert _deadline(60, first_bad=100.0) == 100.0 + 60 + GRACE_S  # a rank that died or raised
+    assert _deadline(60, launched=0.0) == 60 + GRACE_S  # a rank not yet in the group
+    assert _deadline(60) is None  # every rank in the group, none ended: the collectives' timeout bounds them
 
 
 def test_rank_0_returning_what_json_cannot_carry_is_refused_naming_the_fix():

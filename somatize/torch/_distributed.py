@@ -58,6 +58,7 @@ from time import perf_counter_ns
 import torch
 
 from .._base.errors import RankLost, SomatizeTypeError, SomatizeValueError
+from . import _launch
 
 BUCKET_BYTES = 25 * 2**20
 _FLOATS = (torch.float64, torch.float32)
@@ -98,6 +99,11 @@ class Ranks:
         self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else None  # where collectives run
         self.losses = None  # each rank's own loss times its examples in the last sync (a tensor; see _extras)
         self.returned = perf_counter_ns()  # when the last collective made here returned: a step's time before it
+
+    def stepping(self, step, began):
+        """Step ``step`` began on this rank (perf_counter_ns ``began``): told
+        to ``launch``, which names the last step of a rank that stops answering."""
+        _launch.stepping(step, began)
 
     def broadcast(self, tensors, what):
         """Rank 0's values of ``tensors`` put on every rank, in place."""

@@ -325,6 +325,8 @@ class Trainer:
             self._began_s = time()
             self._split[:] = (0, 0, 0)
             self._lrs = [group["lr"] for group in self.optimizer.param_groups]  # what this step's update uses
+        if self._ranks is not None:
+            self._ranks.stepping(index, began)  # launch names the last step of a rank that stops answering
         if index == 0 and self._ranks is not None and self._watched:
             self._emitting.emit({"fact": "ranks", "value": self._ranks.size})  # the loss is over this many
         if self._instruments is not None:
