@@ -1,9 +1,8 @@
 """somatize: a graph engine that remembers.
 
 The public face fits on one screen; everything else is private. Each name
-loads on first use: ``somatize runs`` needs none of them, and listing a
-thousand runs must take under 200 ms with Python's start-up counted, which
-importing numpy alone would eat half of.
+loads on first use: ``somatize runs`` needs none of them, and starts
+without numpy or pandas, whose import would be most of a short listing's time.
 """
 
 from typing import TYPE_CHECKING

@@ -58,24 +58,20 @@ def sync_all(fds, together=True):
 
     ``SYNCFS_AT`` files or more, on Linux >= 5.17, on local file systems
     (``_SYNCFS_KINDS``: ext4, xfs, btrfs), while the kernel holds little
-    unwritten (``SYNCFS_DIRTY_AT``, read from /proc/meminfo, ~15 us): one
+    unwritten (``SYNCFS_DIRTY_AT``, read from /proc/meminfo): one
     ``syncfs(2)`` per file system they are on. It writes back every
     dirty page of that file system and commits its journal once, where an
-    fsync each commits it once per file: a 300-step run's close (28 files
-    and folders) synced in 1.2 ms instead of 2.5 (and 0.2 ms of CPU instead
-    of 1.8: bench/RESULTS.md), and the background flush makes one system
-    call instead of one per file, so it takes the GIL back from the training
-    loop once. With much unwritten on the machine (another process writing
+    fsync each commits it once per file, and the background flush makes one
+    system call instead of one per file, so it takes the GIL back from the
+    training loop once. With much unwritten on the machine (another process writing
     gigabytes), syncing the whole file system could wait on their bytes:
     then, or where syncfs is missing or fails (a write-back error elsewhere
     on the file system: the files' own fsyncs say whose), each is fsynced.
 
     Else each is fsynced (the first failure raised once all have
     finished). ``together``: several are fsynced at once, from a few threads (fsync lets go of the GIL):
-    concurrent fsyncs share the file system's journal commits. Measured on a
-    busy disk (other processes writing), 21 small appends: one after the
-    other 2-23 ms median, 75-82 ms p90; together 2.7 ms median, 7-9 ms p90
-    (bench/RESULTS.md). Only for a caller that waits (a close, a flush asked
+    concurrent fsyncs share the file system's journal commits, which matters
+    most on a busy disk. Only for a caller that waits (a close, a flush asked
     for): the background flush, which nobody waits for, fsyncs one after the
     other on its own thread and wakes no thread to take the GIL back from
     the training loop beside it."""
@@ -223,7 +219,7 @@ def new_temp(folder, mode=0o644):
 
 
 DIRECT_AT = 8 << 20  # bytes; objects this large bypass the page cache
-_STAGE = 4 << 20  # measured: 4 MiB beat 8 and 16 (fewer cache misses per copy)
+_STAGE = 4 << 20  # bytes staged at a time, the size measured best (bench/RESULTS.md, the store)
 _BLOCK = 4096
 _stage = threading.local()
 
@@ -231,11 +227,10 @@ _stage = threading.local()
 def write_temp_direct(folder, parts, mode=0o644):
     """Like ``write_temp`` for a large object, but around the page cache.
 
-    On these VMs, handing the kernel 64 MiB of *new* page-cache pages costs
-    ~150 ms of CPU (overwriting cached pages costs 7 ms): a plain write of a
-    big new file runs at ~0.4 GB/s. With O_DIRECT the bytes go from a small,
-    reused (so already mapped) staging buffer straight to the disk at
-    ~1.6 GB/s. ``parts`` may be a generator: the last part (an object's
+    Where handing the kernel *new* page-cache pages is dear (the VMs this
+    runs on: see ``writer``), a plain write of a big new file is slow; with
+    O_DIRECT the bytes go from a small, reused (so already mapped) staging
+    buffer straight to the disk. ``parts`` may be a generator: the last part (an object's
     checksum) can be computed while the first ones are written. Returns None
     where the file system refuses O_DIRECT (tmpfs); the caller falls back.
     """

@@ -9,15 +9,14 @@ A large object is hashed in a thread (hashlib and xxhash let go of the GIL)
 while its bytes are written: its name is only known once both are done.
 
 O_DIRECT. A large object (``DIRECT_AT``, 8 MiB, or more) can be written
-around the page cache. Whether that pays depends on the machine: on the VMs
-these figures come from, handing the kernel *new* page-cache pages costs
-~150 ms of CPU per 64 MiB, so a buffered write of a big new file ran at
-~0.4 GB/s while the VM was fresh and O_DIRECT at ~1.6 GB/s however long it had run;
-the price is that the first recall after a keep reads the disk. On a machine
-without that cost a buffered write is as fast and leaves the object cached.
-So it is a switch: ``Store(path, direct_io=False)``, or the environment
-variable ``SOMATIZE_DIRECT_IO=0`` (``=1`` to force it on); the default is on,
-the measured choice where it was measured (bench/RESULTS.md, Store).
+around the page cache. Whether that pays depends on the machine: where
+handing the kernel *new* page-cache pages costs much CPU (the VMs this
+project runs on), a buffered write of a big new file is several times
+slower than O_DIRECT's; the price is that the first recall after a keep
+reads the disk. On a machine without that cost a buffered write is as fast
+and leaves the object cached. So it is a switch: ``Store(path,
+direct_io=False)``, or the environment variable ``SOMATIZE_DIRECT_IO=0``
+(``=1`` to force it on); the default is on (bench/RESULTS.md, the store).
 """
 
 from __future__ import annotations

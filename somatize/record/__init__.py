@@ -16,7 +16,7 @@ is ``recorder.run``.
 What a kill -9 loses: at most the facts handed over since the last completed
 flush. After ``flush()`` or ``close()`` returns nothing is lost. The flusher
 runs every 0.25 s, so typically 0.25 to 0.5 s of facts, more on a machine
-too busy to give the flusher its turn (measured: bench/RESULTS.md, Record);
+too busy to give the flusher its turn;
 everything before reads back in order, once, and the run lists as interrupted.
 
 This layer imports ``_base`` and ``_store``, plus numpy, pandas, orjson and
@@ -42,12 +42,12 @@ Layout of one run, ``<store>/runs/<run>/`` (this package owns it entirely)::
     series/<name>.bin (forward int64, value float64) per numeric fact
     summary.json      the run at its last completed flush (rewritten by rename),
                       with the bytes and xxh3 of index.bin and of each series
-    lock              held (fcntl) by the one process recording the run
+    lock              held by the one Recorder recording the run (a lock of its open file: _store/locks.py)
 
 Why this shape, for the figures it must meet:
 
 - Writing ≥ 1M facts/s durably: the hot path only appends to a list; a flush
-  encodes a batch with orjson (≈0.2 µs a fact) into blocks and writes them with
+  encodes a batch with orjson into blocks and writes them with
   one ``write()`` and one fsync. No per-fact syscall, no per-fact framing. A
   fact orjson refuses (an int past 64 bits, nesting past 254 levels) is looked
   at alone only when its block fails to encode, and kept with such values as
@@ -57,8 +57,8 @@ Why this shape, for the figures it must meet:
   forward and only they are decoded.
 - A 100k-point curve in ≪ 30 ms and ``forwards()`` without decoding facts:
   each numeric fact (``value``; ``finished.took_us``) is also appended to a raw
-  series file, read with one ``np.frombuffer`` after its xxh3 (≈0.1 ms for
-  1.6 MB) matches the summary's. Series are written after the log, so a
+  series file, read with one ``np.frombuffer`` after its xxh3 matches the
+  summary's. Series are written after the log, so a
   series never holds a point the log lacks.
 - Listing 1,000 runs in ≤ 200 ms: ``summary.json`` carries counts, the
   summarised facts (first, last, min, max) and per-node time; nothing else

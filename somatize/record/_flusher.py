@@ -10,19 +10,15 @@ exit handlers to read); a forked child (a DataLoader worker) forgets its
 parent's Recorders.
 
 Why a Recorder younger than FLUSH_EVERY is left alone: a background flush
-cost its thread ~6 ms of CPU on this machine kind when it fsynced its files
-one after the other (~125 us of kernel time each; one syncfs now, where
-``sync_all`` may: 0.2 ms), and it holds the GIL while it encodes, which the
-training loop keeps coming back for (bench/RESULTS.md, stop 27); the close
-commits every file again; measured on whole 300-step
-runs, flushing such young runs made them ~3-4% slower than leaving them to
-their close (bench/RESULTS.md, the Recorder's fixed cost).
+holds the GIL while it encodes, which the training loop keeps coming back
+for, and syncs the run's files; the close commits every file again. A run
+shorter than FLUSH_EVERY is written once, by its close, instead of twice
+(the Recorder's fixed cost in bench/RESULTS.md).
 
-Why every 0.25 s and not less: the flush thread's system calls each take the
-GIL back from a training loop that lets go of it inside torch; flushing every
-0.1 s made the Recorder cost a Trainer step ~5%, every 0.25 s ~2%
-(bench/RESULTS.md, Trainer). Another process still sees facts well within
-a second.
+Why every 0.25 s and not more often: each of the flush thread's system calls
+takes the GIL back from a training loop that lets go of it inside torch, so
+the more often it flushes, the more a recorded step costs (the steady step
+in bench/RESULTS.md). Another process still sees facts well within a second.
 """
 
 from __future__ import annotations

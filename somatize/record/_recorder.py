@@ -107,8 +107,8 @@ class Recorder:
 
     A process killed outright (kill -9) loses at most the facts handed over
     since the last completed flush: the flusher runs every 0.25 s, so
-    typically 0.25 to 0.5 s of facts, more under heavy load
-    (bench/RESULTS.md); the run then lists as interrupted.
+    typically 0.25 to 0.5 s of facts, more under heavy load; the run then
+    lists as interrupted.
     """
 
     recording = True  # False for a Recorder made on a rank other than 0 (see _Bystander)
@@ -177,7 +177,7 @@ class Recorder:
         # with that commit's files, before its summary names them. The folders
         # this Recorder made are synced at its first commit, not here: until a
         # commit, nothing of the run was promised to survive a power cut, and
-        # syncing them one after the other cost Recorder() ~1 ms (3 fsyncs).
+        # Recorder() does not wait on three fsyncs one after the other.
         # "" (the run's folder) and SERIES stand for the folders held open (_dirs).
         self._new_in: set = {"" if p == folder else p for p in made or ()}
         self._lock_fd = None
@@ -700,7 +700,7 @@ class Recorder:
         self._forward = max(summary["forwards"] - 1, 0)
         self._has_facts = True if summary["forwards"] > 0 else None  # None: no forward began (see _group)
         # A new run's first summary says "running" to other processes and
-        # counts nothing, so Recorder() does not wait for its fsync (~0.7 ms):
+        # counts nothing, so Recorder() does not wait for its fsync:
         # its file is kept open and synced with the first commit's files,
         # before that commit renames its own summary over it (if a power cut
         # loses that rename, the name still points at this one, whole). A
