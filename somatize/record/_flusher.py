@@ -71,7 +71,12 @@ def last_error():
     return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
 
 
-def _close_all():
+def close_all():
+    """Mark every live Recorder of this process still open interrupted (its
+    owner did not close it), with the exception that last went unhandled as
+    its cause when there is one: at exit, and when a forked rank of
+    ``somatize.torch.launch`` ends. A Recorder that fails to end is named on
+    stderr; nothing is raised."""
     with LIVE_LOCK:
         recorders = [r for r in LIVE.values() if r._pid == os.getpid()]
     error = last_error()
@@ -99,5 +104,5 @@ def _forget_after_fork():
     _flusher = None
 
 
-atexit.register(_close_all)
+atexit.register(close_all)
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -197,9 +197,9 @@ def _rank(rank, nprocs, backend, port, timeout_s, parent, write, beat, fn, args,
             message = {"error": "".join(traceback.format_exception(e)), "type": type(e).__name__}
     finally:
         try:
-            from ..record import _flusher
+            from ..record._flusher import close_all
 
-            _flusher._close_all()  # a Recorder left open: flushed, and its run interrupted with its cause
+            close_all()  # a Recorder left open: flushed, and its run interrupted with its cause
         except BaseException:
             pass
         try:
