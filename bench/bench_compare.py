@@ -3,7 +3,7 @@ and a brush's round trip to ``explorer.selected``, medians, in one process.
 
     .venv/bin/python bench/bench_compare.py [--quick]
 
-The store is bench_where's: 10,000 runs of 5 config keys (lr, batch, opt,
+The store is ``common.sweep``'s: 10,000 runs of 5 config keys (lr, batch, opt,
 bn, seed) and 2 summarised facts (loss, acc). Figures:
 
 1. the first picture: ``compare(store)`` and its notebook bundle (the static
@@ -13,27 +13,25 @@ bn, seed) and 2 summarised facts (loss, acc). Figures:
    sets it, to the query, ``explorer.selected`` and the lines and curves
    handed back to the widgets — target <= 150 ms; beside it ``runs(store,
    where=explorer.where)`` asking the same.
+
+``--quick``: 600 runs, fewer repeats: checks the script runs.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from common import QUICK, machine, reported, sweep, target
+from common import median_ms as timed_ms
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_browser import median_ms as timed_ms  # noqa: E402  (one timing helper)
-from bench_where import sweep  # noqa: E402  (one store of 10,000 runs)
+from somatize._widgets._compare import DENSE_ABOVE
+from somatize.record import compare, runs
 
-from somatize._widgets._compare import DENSE_ABOVE  # noqa: E402
-from somatize.record import compare, runs  # noqa: E402
-
-QUICK = "--quick" in sys.argv
-RUNS = 2_000 if QUICK else 10_000
+RUNS = 600 if QUICK else 10_000
 REPEAT = 5 if QUICK else 9
 
 
@@ -76,7 +74,7 @@ def main():
         assert set(chosen["run"]) == set(runs(path, where=explorer.where)["run"])
         ask = median_ms(lambda: runs(path, where=explorer.where))
         print(f"(the brush's query: {explorer.where!r}; {len(chosen):,} of {RUNS:,} runs)")
-        print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end)")
+        print(f"({machine()} at the end)")
         table = [
             (f"runs(store) of {RUNS:,} runs", plain, None),
             (f"explorer's first picture, {RUNS:,} runs (binned)", first, 1000),
@@ -86,8 +84,11 @@ def main():
             ("  runs(store, where=explorer.where) asking the same", ask, None),
         ]
         print(f"{'':58} {'ms':>9} {'target ms':>10}")
-        for label, ms, target in table:
-            print(f"{label:58} {ms:9.1f} {target if target else '-':>10}")
+        for label, ms, bound in table:
+            print(f"{label:58} {ms:9.1f} {bound if bound else '-':>10}")
+        reported("the brush's round trip / runs(where=) asking the same", trip / ask)
+        target(f"the explorer's first picture, {RUNS:,} runs", first, 1000, "ms")
+        target(f"a brush's round trip to explorer.selected, {RUNS:,} runs", trip, 150, "ms")
 
 
 if __name__ == "__main__":

@@ -1,128 +1,30 @@
-"""What the instruments cost a Trainer step, and how long a diagnosis takes.
+"""How long ``somatize.diagnose`` takes on a long run.
 
-1. The instruments' cost, on the reference notebook's model (Body 8->32->32,
-   Head 32->1), Adam, batches of 64, torch.set_num_threads(1): two Trainers,
-   one with instruments on and one off, each watched by its own Recorder,
-   side by side in one process (the order alternates):
+A run of two nodes written through a Recorder without training, as the
+Trainer records it (16 facts a step with the instruments' numbers), read
+from disk, median of 5: recorded on every update (the worst case, 800,000
+instrument points over 100,000 steps), and as the Trainer samples it (the
+first ten updates, then one in 40), reported. What the instruments cost a
+step is a part of the steady step (bench_step.py).
 
-   - the first FIRST updates (all recorded): step by step, fresh Trainers each
-     round, the median step of each;
-   - later (one update in EVERY recorded): blocks of EVERY steps, so each
-     block of the instrumented Trainer holds exactly one recorded update; the
-     median block of each.
+    .venv/bin/python bench/bench_diagnose.py [--steps 100000] [--quick]
 
-   Then what a whole run of S steps pays: FIRST steps at the first figure and
-   the rest at the later one, over S steps of the Trainer without them.
-
-   The same for the backward clock alone (each node's ``backward_us``, from
-   hooks on the nodes' outputs, on the same sampled steps): two Trainers
-   with instruments on, one with its clock switched off; target <= 1.02.
-
-2. ``somatize.diagnose`` on a 100,000-step run of two nodes recorded on every
-   update (the worst case: 16 facts a step, 800,000 instrument points), and
-   on the same run recorded as the Trainer samples it; read from disk, median
-   of 5.
-
-    .venv/bin/python bench/bench_diagnose.py [--rounds 15] [--blocks 200] [--clock-only]
+Target: diagnose of a 100,000-step run recorded on every update <= 0.5 s.
 """
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
+from common import machine, reported, target
 
 import somatize
 from somatize import Recorder, Store
-from somatize.torch import Trainer, parameters
-from somatize.torch._instruments import EVERY, FIRST, due
+from somatize.torch._instruments import due
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trainer import MSE, data, graph  # noqa: E402
-
-
-def pair(store, tag):
-    def one(on):
-        g = graph()
-        rec = Recorder(store, run=f"{tag}-{'on' if on else 'off'}", summarising=["loss"])
-        return Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), watching=rec, instruments=on), rec
-
-    return one(True), one(False)
-
-
-class NoClock:
-    """A backward clock that does nothing: the Trainer with it is the one
-    without per-node backward times."""
-
-    armed = False
-
-    def reset(self):
-        pass
-
-    def output(self, name, t):
-        pass
-
-    def hand_over(self):
-        pass
-
-
-def clock_pair(store, tag):
-    def one(on):
-        g = graph()
-        rec = Recorder(store, run=f"{tag}-{'clock' if on else 'noclock'}", summarising=["loss"])
-        tr = Trainer(g, MSE, torch.optim.Adam(parameters(g), lr=1e-2), watching=rec)
-        if not on:
-            tr._instruments.clock = tr._clock = NoClock()
-        return tr, rec
-
-    return one(True), one(False)
-
-
-def timed(trainer, batches):
-    t = time.perf_counter_ns()
-    for b in batches:
-        trainer.step(b)
-    return time.perf_counter_ns() - t
-
-
-def cost(rounds, blocks, pair=pair, what="instruments' cost"):
-    torch.set_num_threads(1)
-    batches = data(EVERY)
-    first = {True: [], False: []}
-    later = {True: [], False: []}
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store(tmp)
-        for r in range(rounds):
-            (on, rec_on), (off, rec_off) = pair(store, f"first{r}")
-            for i in range(FIRST):
-                order = ((on, True), (off, False)) if (i + r) % 2 else ((off, False), (on, True))
-                for tr, key in order:
-                    first[key].append(timed(tr, batches[i % EVERY:i % EVERY + 1]))
-            rec_on.close()
-            rec_off.close()
-        (on, rec_on), (off, rec_off) = pair(store, "later")
-        for tr in (on, off):
-            timed(tr, data(FIRST))  # past the first updates
-        for i in range(blocks):
-            order = ((on, True), (off, False)) if i % 2 else ((off, False), (on, True))
-            for tr, key in order:
-                later[key].append(timed(tr, batches))
-        rec_on.close()
-        rec_off.close()
-    f_on, f_off = statistics.median(first[True]) / 1e3, statistics.median(first[False]) / 1e3
-    l_on, l_off = statistics.median(later[True]) / 1e3 / EVERY, statistics.median(later[False]) / 1e3 / EVERY
-    # a busy machine slows both of a pair alike: the ratio is the median of each pair's
-    f_ratio = statistics.median(a / b for a, b in zip(first[True], first[False]))
-    l_ratio = statistics.median(a / b for a, b in zip(later[True], later[False]))
-    print(f"{what}, reference model, Adam, batches of 64 (FIRST={FIRST}, EVERY={EVERY}):")
-    print(f"  first {FIRST} updates, every one recorded: {f_on:.1f} vs {f_off:.1f} µs a step, x{f_ratio:.3f}")
-    print(f"  later, one update in {EVERY} recorded:     {l_on:.1f} vs {l_off:.1f} µs a step, x{l_ratio:.3f}")
-    for steps in (300, 1000, 10_000, 100_000):
-        paid = (FIRST * f_ratio + (steps - FIRST) * l_ratio) / steps
-        print(f"  a run of {steps:>7,} steps pays x{paid:.3f}")
+TARGET_MS = 500
 
 
 def synthesize(store, run, steps, every_update):
@@ -151,7 +53,8 @@ def synthesize(store, run, steps, every_update):
             rec({"fact": "trainer_us", "value": 300})
 
 
-def diagnosis(steps=100_000, repeats=5):
+def diagnosis(steps, repeats):
+    got = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
         for run, every in (("every-update", True), ("sampled", False)):
@@ -161,23 +64,25 @@ def diagnosis(steps=100_000, repeats=5):
                 t = time.perf_counter()
                 found = somatize.diagnose(store, run=run)
                 took.append(time.perf_counter() - t)
-            print(
-                f"diagnose, {steps:,} steps, {run}: median {statistics.median(took) * 1e3:.0f} ms "
-                f"(max {max(took) * 1e3:.0f} ms), {len(found)} findings"
-            )
+            got[run] = statistics.median(took)
+            print(f"  diagnose, {steps:,} steps, {run}: median {got[run] * 1e3:.0f} ms "
+                  f"(max {max(took) * 1e3:.0f} ms), {len(found)} findings")
+    return got
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--blocks", type=int, default=200)
-    ap.add_argument("--clock-only", action="store_true", help="only the backward clock's cost")
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="a run of 10,000 steps: checks the script runs")
     args = ap.parse_args()
-    if not args.clock_only:
-        cost(args.rounds, args.blocks)
-    cost(args.rounds, args.blocks, clock_pair, "the backward clock's cost (instruments on in both)")
-    if not args.clock_only:
-        diagnosis()
+    if args.quick:
+        args.steps, args.repeats = 10_000, 2
+    print(f"diagnose, read from disk, median of {args.repeats}; {machine()}")
+    got = diagnosis(args.steps, args.repeats)
+    reported(f"diagnose of a {args.steps:,}-step run as the Trainer samples it", got["sampled"] * 1e3, "ms")
+    target(f"diagnose of a {args.steps:,}-step run recorded on every update", got["every-update"] * 1e3, TARGET_MS,
+           "ms")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ Recorder, its seconds taken inside the run; alone (one at a time in this
 process) and under concurrency (two at once on the two workers, each with
 its flush thread).
 
-    .venv/bin/python bench/bench_many.py [--steps 1500] [--rounds 3]
+    .venv/bin/python bench/bench_many.py [--steps 1500] [--rounds 3] [--quick]
+
+Target: dask / for <= 0.6.
 """
 
 import argparse
@@ -35,21 +37,25 @@ import time
 from pathlib import Path
 
 import torch
+from common import machine, reported, target
 
-import somatize.torch  # noqa: F401
 from somatize import Graph, Recorder, Store
 from somatize.torch import Trainer, parameters
 
-# The reference notebook's model has one definition, beside the tests that check the Trainer against it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from torch_models import Body, Head  # noqa: E402
-from torch_models import batches as reference_batches  # noqa: E402
+# The reference notebook's model has one definition, beside the tests that check the Trainer against it;
+# the workers import this module by its name, so the tests' folder is put on their path too (one_run).
+TESTS = str(Path(__file__).resolve().parents[1] / "tests")
 
 RUNS = 8
 
 
 def one_run(path, run, steps, record=True):
     """Train one run; its seconds, taken inside the run (data made first)."""
+    if TESTS not in sys.path:
+        sys.path.insert(0, TESTS)
+    from torch_models import Body, Head
+    from torch_models import batches as reference_batches
+
     torch.set_num_threads(1)
     batches = reference_batches(steps)
     torch.manual_seed(0)
@@ -99,11 +105,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="short runs, one round: checks the script runs")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.rounds = 30, 1
     torch.set_num_threads(1)
     from distributed import Client, LocalCluster
 
-    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)")
+    print(f"before: {machine()}")
     t = time.perf_counter()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -142,7 +151,7 @@ def main():
                 alone_bare.append(one_run(path, f"b{i}", args.steps, False))
             conc_rec += mapped(client, args.steps, True)[1]
             conc_bare += mapped(client, args.steps, False)[1]
-        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        print(f"after: {machine()}")
 
     print()
     print(f"{RUNS} runs of {args.steps} steps, recorded; medians over {args.rounds} rounds")
@@ -162,6 +171,8 @@ def main():
     c = med(conc_rec) - med(conc_bare)
     print(f"  alone            {a * 1e3:7.1f} ms of {med(alone_bare):.3f} s ({100 * a / med(alone_bare):.1f}%)")
     print(f"  two at once      {c * 1e3:7.1f} ms of {med(conc_bare):.3f} s ({100 * c / med(conc_bare):.1f}%)")
+    reported("a run on a worker / the same run alone", med(dsk_in) / med(seq_in))
+    target(f"{RUNS} recorded runs on 2 Dask workers / in a for", med(ratios), 0.6)
 
 
 if __name__ == "__main__":

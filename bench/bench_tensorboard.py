@@ -9,7 +9,7 @@ protobuf and its own data server), so this bench runs in a venv of its own
 with somatize on PYTHONPATH, as bench_mlflow does for MLflow. No TensorFlow:
 the event files are written with TensorBoard's own writer and protos.
 
-The runs: bench_where's store (10,000 runs; config lr, batch, opt, bn, seed;
+The runs: ``common.sweep``'s store (10,000 runs; config lr, batch, opt, bn, seed;
 loss and acc summarised), and the same runs as TensorBoard event files, one
 folder a run (its hparams, and its loss.best and acc.best as the scalars
 ``loss_best`` and ``acc_best``, the last value of a tag being what HParams
@@ -21,11 +21,14 @@ session group a run. Figures:
 1. the time from starting ``tensorboard`` until HParams lists all 10,000
    runs (it reads the event files in the background), beside somatize's
    first ``runs(store)`` in a fresh process's first listing;
-2. warm: bench_where's question in HParams' filters (``lr`` below 1e-2,
+2. warm: ``common.QUERY`` in HParams' filters (``lr`` below 1e-2,
    ``loss_best`` below 0.1, ``opt`` one of adam and rmsprop, ``bn`` true;
    TensorBoard's intervals are closed: each ends at the float below the bound)
    and all 10,000 runs unfiltered, beside ``runs(store, where=...)``; both
    must find the same runs.
+
+The anchor of the listing's targets (bench_browser.py): ``runs(where=)`` at
+least as fast as HParams asking the same (<= 1x its time).
 """
 
 from __future__ import annotations
@@ -42,16 +45,10 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+from common import QUERY, QUICK, machine, median_ms, reported, sweep, target
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_browser import median_ms  # noqa: E402  (one timing helper)
-from bench_where import QUERY, sweep  # noqa: E402  (the same store, the same question)
-
-QUICK = "--quick" in sys.argv
 RUNS = 2_000 if QUICK else 10_000
 REPEAT = 5 if QUICK else 9
-
-
 
 
 def write_events(store: Path, logdir: Path) -> int:
@@ -164,7 +161,7 @@ def main():
         import tensorboard
 
         print(f"(TensorBoard {tensorboard.__version__}; the question: {QUERY!r}; both find {len(ours):,} runs; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end)")
+              f"{machine()} at the end)")
         rows = [
             (f"first listing of {RUNS:,} runs, from a cold start", float(first_somatize), first_tb),
             (f"the question asked of {RUNS:,} runs, warm", where, tb_filtered),
@@ -173,6 +170,8 @@ def main():
         print(f"{'':48} {'somatize ms':>12} {'TensorBoard HParams ms':>23}")
         for label, a, b in rows:
             print(f"{label:48} {a:12.1f} {b:23.1f}")
+        reported(f"the first listing of {RUNS:,} runs from a cold start / HParams'", rows[0][1] / rows[0][2])
+        target(f"runs(where=) of {RUNS:,} runs, warm / HParams asking the same", rows[1][1] / rows[1][2], 1.0)
 
 
 if __name__ == "__main__":

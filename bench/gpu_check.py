@@ -1,6 +1,6 @@
 """The Trainer on a real device, in a few minutes: run it where a GPU is lent.
 
-    python bench/gpu_check.py [--device cuda] [--steps 200]
+    python bench/gpu_check.py [--device cuda] [--steps 200] [--quick]
 
 Checks, each printed with OK or FAIL (the exit status is the number failed):
 
@@ -15,9 +15,11 @@ Checks, each printed with OK or FAIL (the exit status is the number failed):
    (the two bulk reads). With fp16, GradScaler.step reads found-inf itself
    (torch's own sync, one per update): not counted against the Trainer.
 4. Step time: the Trainer against the hand-written loop reading loss.item()
-   each step, medians over the steps (printed, no target).
+   each step, medians over the steps (reported, no target).
 
 ``--device cpu`` runs the same on the CPU (bf16 and fp16 autocast exist there).
+
+Target: 2 host syncs over 64 watched steps (the bulk reads, none a step).
 """
 
 import argparse
@@ -29,13 +31,12 @@ import time
 from pathlib import Path
 
 import torch
+from common import machine, reported, target
 
 from somatize import Graph, Node, Opaque, Recorder, Store
 from somatize.torch import Trainer, _reading, parameters
 
-# The host-sync counter the tests use, beside them.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from torch_models import HostSyncs  # noqa: E402
+from torch_models import HostSyncs  # the host-sync counter the tests use
 
 MSE = torch.nn.functional.mse_loss
 
@@ -101,8 +102,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="fewer timed steps: checks the script runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps = 20
+    print(f"on {args.device}; {machine()}")
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # one thread: the machine's other work does not take turns inside each step
     failed = 0
 
     def check(name, ok, detail=""):
@@ -138,6 +145,7 @@ def main():
                 t.step(b)
         rec.close()
         check("host syncs over 64 watched steps (read_every=32)", syncs.count == 2, f"({syncs.count}, expected 2)")
+        host_syncs = syncs.count
 
     g = graph(device)
     raw = torch.nn.Sequential(*(copy.deepcopy(n.net) for n in g.nodes))
@@ -163,6 +171,9 @@ def main():
         times["trainer"].append(t2 - t1)
     for k, v in times.items():
         print(f"     {k:10s} {statistics.median(v) * 1e6:9.1f} µs a step (median of {len(v)})")
+    reported("a Trainer step / the hand-written loop's (loss.item() each step)",
+             statistics.median(times["trainer"]) / statistics.median(times["raw+item"]))
+    target("host syncs over 64 watched steps (read_every=32)", host_syncs, 2, "syncs")
     print(f"{failed} failed", flush=True)
     return failed
 
