@@ -7,6 +7,8 @@ without numpy or pandas, whose import would be most of a short listing's time.
 
 from typing import TYPE_CHECKING
 
+from ._base import panels as _panels
+
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.codecs import register_codec as register_codec
     from ._base.errors import CodecError as CodecError
@@ -60,6 +62,26 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 __version__ = "0.1.0"
+
+
+def _panel(name):
+    """A notebook panel, for the layers below the widgets (``_base/panels``):
+    ``MissingExtra`` naming ``somatize[lab]`` when Jupyter's widgets (and
+    bqplot, for ``compare``) are missing; the graph's panel needs neither."""
+    from importlib.util import find_spec
+
+    needs = {"compare": ("anywidget", "bqplot"), "graph_bundle": ()}.get(name, ("anywidget",))
+    for needed in needs:
+        if find_spec(needed) is None:
+            from ._base.errors import MissingExtra
+
+            raise MissingExtra(f"somatize.record.{name} (a notebook panel)", "lab", needed)
+    from . import _widgets
+
+    return getattr(_widgets, name)
+
+
+_panels.found_by(_panel)
 
 
 def __getattr__(name):

@@ -419,7 +419,7 @@ BIG = [(2**53 + 1, 2**53 + 3), (2**60, 2**60 + 64 * 3), (2**60, 2**60 + 64 * 9),
 
 def test_ticks_past_2_53_are_few_and_increasing():
     got = bounded("""
-        from somatize.record import _chart
+        from somatize._pictures import _chart
         print(json.dumps([[_chart.ticks(float(lo), float(hi), count, whole=whole) for count in (4, 5, 6)
                            for whole in (True, False)] for lo, hi in json.loads(sys.argv[3])]))
     """, json.dumps(BIG))

@@ -28,7 +28,8 @@ from labtools import (
     wait_for_findings_counted,
 )
 
-from somatize.record import _chart, curve
+from somatize._pictures import _chart
+from somatize.record import curve
 
 SHOTS = ARTIFACTS / "demo-lab"
 STATES = {"demo-smooth": ("finished", "✓"), "demo-noisy": ("finished", "✓"),

@@ -29,10 +29,11 @@ from labtools import LIVE_CHILD
 from tornado.httpclient import HTTPClientError
 
 from somatize import Recorder, SomatizeError, Store
+from somatize._pictures import _chart
 from somatize._server._discover import store_id
 from somatize._server._findings import _COUNTER
 from somatize._server._handlers import ROUTES
-from somatize.record import _chart, curve
+from somatize.record import curve
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 

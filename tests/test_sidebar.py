@@ -36,7 +36,8 @@ from labtools import (
     wait_for_findings_counted,
 )
 
-from somatize.record import _chart, curve, progress
+from somatize._pictures import _chart
+from somatize.record import curve, progress
 
 # ---- the run browser --------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from comm.base_comm import BaseComm
 
 import somatize.torch  # noqa: F401  (registers the tensor codec)
 from somatize import Graph, Node, Recorder, Store
-from somatize._pictures import _svg
-from somatize.record import Live, _chart, facts, progress, spent
+from somatize._pictures import _chart, _svg
+from somatize.record import Live, facts, progress, spent
 from somatize.record import curve as record_curve
 from somatize.torch import Trainer, parameters
 

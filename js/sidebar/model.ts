@@ -62,7 +62,7 @@ export interface IRunPage {
 }
 
 /**
- * What the server's chart route answers: somatize's one chart (record/_chart.py),
+ * What the server's chart route answers: somatize's one chart (_pictures/_chart.py),
  * drawn by the notebook panels' one renderer (js/widgets/chart.js), and what
  * each run gave it.
  */

@@ -1,7 +1,7 @@
 /**
  * The main-area panel for the runs chosen in the sidebar: their curves
  * overlaid with a legend, as the server's chart route decides them with the
- * notebook panels' one chart (record/_chart.py: log scale when the values
+ * notebook panels' one chart (_pictures/_chart.py: log scale when the values
  * span decades, every tick with its label; each series cut to at most 2,000
  * points, its extremes kept) and drawn by the notebook panels' own renderer
  * (js/widgets/chart.js, its look js/widgets/chart.css) at the panel's width;

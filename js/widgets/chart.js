@@ -1,6 +1,6 @@
 // The one line chart somatize draws in a page: the notebook panels (Live and
 // progress) and the run browser's panel (js/sidebar/panel.ts) alike. Plain
-// ESM, no dependency. Python (somatize/record/_chart.py) decides the scale,
+// ESM, no dependency. Python (somatize/_pictures/_chart.py) decides the scale,
 // the ranges and every tick with its label, and sends them as data; this
 // code only places that data at the width its host gives it, so the page
 // and the static picture agree by construction. Colours are the strings

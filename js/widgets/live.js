@@ -1,6 +1,6 @@
 // The Live panel: a run as it happens. Python sends one `status` dict at
 // most ten times a second, its chart already decided (scale, ticks,
-// labels: somatize/record/_chart.py); this module draws it with
+// labels: somatize/_pictures/_chart.py); this module draws it with
 // drawChart (chart.js, joined in front of this file). The log-scale toggle
 // asks Python for the other scale through the synced `log` trait.
 

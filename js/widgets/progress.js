@@ -1,5 +1,5 @@
 // The progress panel: a named fact over steps, one line per run. Python
-// sends the chart already decided (somatize/record/_chart.py: scale,
+// sends the chart already decided (somatize/_pictures/_chart.py: scale,
 // ranges, ticks, the smoothed and thinned lines); this module draws it with
 // drawChart (chart.js, joined in front of this file) and sends the reader's
 // choices back through synced traits: log, smoothing, outliers, window

@@ -17,8 +17,7 @@ import base64
 import math
 from html import escape
 
-from .._pictures import _svg
-from ..record import _chart
+from .._pictures import _chart, _svg
 from ._findings import curve
 
 SHOWN = 8  # curves drawn at most: the worst findings'; the rest are listed

@@ -13,6 +13,7 @@ import inspect
 import re
 from time import perf_counter_ns
 
+from .._base import panels
 from .._base.codecs import codec_for
 from .._base.errors import NodeError, SomatizeError, SomatizeTypeError, SomatizeValueError, WatcherError
 from .._base.values import Opaque
@@ -143,8 +144,8 @@ class Graph:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        try:
-            from .._widgets import graph_bundle
+        try:  # the graph panel, registered from above (_base/panels)
+            graph_bundle = panels.panel("graph_bundle")
         except ImportError:
             return {"text/plain": repr(self)}
         return graph_bundle(self, include=include, exclude=exclude)

@@ -2,8 +2,9 @@
 Jupyter, which every panel carries as its fallback and the diagnosis shows
 as it is (what GitHub, nbviewer and nbconvert display).
 
-The rule this layer keeps: it draws what it is handed (a chart's data from
-``record/_chart``, bars, a graph's boxes) and reads nothing itself. It sits
-above the record and below what shows pictures (``_diagnose``, ``_widgets``),
-so both may import it. It imports ``record`` (``_chart``) only.
+The rule this layer keeps: it draws what it is handed (a chart's scale,
+ticks and data from ``_chart``, bars, a graph's boxes) and reads nothing
+itself. It sits above the record and below what shows pictures
+(``_diagnose``, ``_widgets``, ``_server``), so they may import it. It
+imports nothing of somatize.
 """

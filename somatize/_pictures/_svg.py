@@ -14,7 +14,7 @@ import math
 import re
 from html import escape
 
-from ..record import _chart
+from . import _chart
 
 FONT = "var(--jp-ui-font-family, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif)"
 # The one palette: JupyterLab's theme variables, each with the light theme's

@@ -47,10 +47,10 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
+from .._pictures._chart import chart
 from .._store import files
 from .._store.names import is_run_name
 from ..record import _columns, _runs
-from ..record._chart import chart
 from ..record._check import check_run
 from ..record._columns import best, config_columns
 from ..record._queries import steps_of

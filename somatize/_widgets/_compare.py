@@ -27,8 +27,7 @@ from html import escape
 
 import numpy as np
 
-from .._pictures import _svg
-from ..record import _chart
+from .._pictures import _chart, _svg
 from ._bundle import panel_bundle
 from ._progress import RAMP, finite, thinned
 

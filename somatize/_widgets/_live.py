@@ -22,8 +22,7 @@ import threading
 import time
 
 from .._graph.watchers import Holders
-from .._pictures import _svg
-from ..record import _chart
+from .._pictures import _chart, _svg
 
 INTERVAL_S = 0.1  # at most ten front-end updates a second
 CURVE_POINTS = 512  # however long the run, the curve sent holds at most this many points

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._pictures import _svg
-from ..record import _chart
+from .._pictures import _chart, _svg
 from ..record._queries import step_of, steps_of
 from ._bundle import panel_bundle
 

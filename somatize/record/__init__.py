@@ -100,33 +100,27 @@ _WHERE = {
     "forwards": "._queries",
     "nodes": "._queries",
     "runs": "._queries",
-    "progress": "somatize._widgets",
-    "spent": "somatize._widgets",
-    "Live": "somatize._widgets",
-    "compare": "somatize._widgets",
 }
+_PANELS = ("Live", "compare", "progress", "spent")  # drawn by the widgets, found through _base/panels
 
 __all__ = ["Live", "compare", "curve", "facts", "forwards", "nodes", "progress", "runs", "spent"]
 
 
 def __getattr__(name):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'somatize.record' has no attribute {name!r}")
-    from importlib import import_module
+    if name in _PANELS:
+        from .._base.panels import panel
 
-    if module == "somatize._widgets":
-        from importlib.util import find_spec
+        value = panel(name)
+    else:
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'somatize.record' has no attribute {name!r}")
+        from importlib import import_module
 
-        for needed in ("anywidget", "bqplot") if name == "compare" else ("anywidget",):
-            if find_spec(needed) is None:  # a panel needs Jupyter's widgets: say which extra brings them
-                from .._base.errors import MissingExtra
-
-                raise MissingExtra(f"somatize.record.{name} (a notebook panel)", "lab", needed)
-    value = getattr(import_module(module, __name__), name)
+        value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted({*globals(), *_WHERE})
+    return sorted({*globals(), *_WHERE, *_PANELS})

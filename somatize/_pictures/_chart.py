@@ -6,9 +6,9 @@ tick (value and label) here; `_svg.line_chart` draws that data without a
 browser, `js/widgets/chart.js` draws the very same data in the page at
 whatever width the cell gives it, and the run browser's panel
 (`js/sidebar/panel.ts`) draws what the server's chart route answers with it.
-None of them computes a tick of its own. It lives in the record layer, below
-both the notebook panels (`_widgets`) and the server (`_server`), and imports
-nothing of either.
+None of them computes a tick of its own. It lives in the pictures layer,
+below both the notebook panels (`_widgets`) and the server (`_server`), and
+imports nothing of somatize.
 
 Steps are whole numbers: the step axis never shows 0.5. A log axis shows at
 most `MAX_TICKS` labels evenly spread along it: 1-2-5 in each decade when the
