@@ -89,7 +89,7 @@ def sync_all(fds, together=True):
     # One work item per thread, not per file: each takes the next fd left
     # until none is (next() on one iterator, atomic under the GIL), so a slow
     # fsync holds up one thread, not the files queued behind it; fewer
-    # submits and wake-ups than one per fd (close's path, bench_close.py).
+    # submits and wake-ups than one per fd (close's path, bench_fixed_cost.py).
     left = enumerate(fds)
     failed: dict = {}  # fd's place in fds -> its failure
 
