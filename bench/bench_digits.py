@@ -187,12 +187,13 @@ def main():
     print(f"digits CNN, {len(batches)} steps an epoch (batches of 64), {args.rounds} rounds, Adam, "
           f"torch {torch.__version__}, 1 thread; {machine()}")
     print(f"  {'variant':<22} {'epoch 1 ms':>11} {'x loop':>8} {'epoch 2 ms':>11} {'x loop':>8} {'fixed ms':>9}")
-    x = {}
+    later = {}  # each variant's later epoch / the loop's
     for n, v in got.items():
         cells = []
         for e in range(EPOCHS):
-            x[n] = ratio([r["epochs"][e] for r in v], [r["epochs"][e] for r in theirs])
-            cells.append(f"{statistics.median(r['epochs'][e] for r in v) * 1e3:>11.2f} {x[n]:>7.3f}x")
+            x = ratio([r["epochs"][e] for r in v], [r["epochs"][e] for r in theirs])
+            cells.append(f"{statistics.median(r['epochs'][e] for r in v) * 1e3:>11.2f} {x:>7.3f}x")
+        later[n] = x
         print(f"  {n:<22} {' '.join(cells)} {statistics.median(r['fixed'] for r in v) * 1e3:>9.2f}")
     evaluation = ratio([r["eval"] for r in mine], [r["eval"] for r in theirs])
     print(f"  evaluation of {sum(len(b[1]) for b in test)} test images: by hand "
@@ -200,8 +201,8 @@ def main():
           f"{statistics.median(r['eval'] for r in mine) * 1e3:.2f} ms")
     reported("an evaluation, trainer.evaluate (recorded) / by hand", evaluation)
     if anchor is not None:
-        reported("Lightning (the anchor), a later epoch / the loop", x["Lightning (anchor)"])
-    target("a later epoch of the digits CNN, Trainer + Recorder / the loop", x["Trainer + Recorder"], TARGET)
+        reported("Lightning (the anchor), a later epoch / the loop", later["Lightning (anchor)"])
+    target("a later epoch of the digits CNN, Trainer + Recorder / the loop", later["Trainer + Recorder"], TARGET)
 
 
 if __name__ == "__main__":
