@@ -12,7 +12,7 @@ recorded by ``somatize.torch``; never Jupyter.
 from ._findings import DEFAULTS as DEFAULTS
 from ._findings import KINDS as KINDS
 from ._findings import Finding as Finding
-from ._findings import curve as curve
 from ._findings import diagnose as diagnose
+from ._read import curve as curve
 
 __all__ = ["DEFAULTS", "KINDS", "Finding", "curve", "diagnose"]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .._base.errors import SomatizeKeyError, SomatizeValueError
+from .._base.errors import SomatizeValueError
 from ._read import read
 
 # worst first: a run that cannot continue, then a node that passes no gradient
@@ -310,30 +310,3 @@ def _dying(rec, n, t):
                 f"{fact}/{n.name}", float(limit),
             ))
     return out
-
-
-def curve(store, run, finding):
-    """The curve that shows ``finding``, by step: a pandas Series (for
-    ``update_ratio/<node>``, update_norm / weight_norm)."""
-    import pandas as pd
-
-    rec = read(store, run)
-    kind, _, node = finding.curve.partition("/")
-    if kind != "loss" and node not in rec.nodes:
-        raise SomatizeKeyError(
-            f"run {run!r} records no instruments for node {node!r} ({finding.curve}); "
-            f"give a finding of this run: curve(store, {run!r}, somatize.diagnose(store, run={run!r})[0])"
-        )
-    if kind == "loss":
-        values, steps = rec.loss, np.arange(len(rec.loss))
-    else:
-        n = rec.nodes[node]
-        if kind in n.output:
-            steps, values = n.output[kind]
-        elif kind == "update_ratio":
-            steps, u = n.steps, n.update
-            wn = u["weight_norm"]
-            values = np.divide(u["update_norm"], wn, out=np.full(len(steps), np.nan), where=wn > 0)
-        else:
-            steps, values = n.steps, n.update[kind]
-    return pd.Series(values, index=pd.Index(steps, name="step"), name=finding.curve)

@@ -18,7 +18,7 @@ import math
 from html import escape
 
 from .._pictures import _chart, _svg
-from ._findings import curve
+from ._read import curve
 
 SHOWN = 8  # curves drawn at most: the worst findings'; the rest are listed
 POINTS = 1000  # points a curve is thinned to

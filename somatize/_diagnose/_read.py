@@ -1,4 +1,5 @@
-"""What a diagnosis reads: the run's series, node by node, by step.
+"""What a diagnosis reads: the run's series, node by node, by step, and the
+curve that shows a finding (``curve``).
 
 The rule kept here: read the record only, through its one reader
 (``record._queries._Run``: verified series, a live Recorder's pending points
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._base.errors import SomatizeKeyError
 from ..record._queries import _Run
 
 UPDATE = ("grad_norm", "weight_norm", "update_norm", "grad_zeros")  # one point each per recorded update
@@ -86,3 +88,30 @@ def read(store, run) -> Record:
             if len(steps):
                 last = max(last, int(steps[-1]))
     return Record(run, loss, last, nodes)
+
+
+def curve(store, run, finding):
+    """The curve that shows ``finding``, by step: a pandas Series (for
+    ``update_ratio/<node>``, update_norm / weight_norm)."""
+    import pandas as pd
+
+    rec = read(store, run)
+    kind, _, node = finding.curve.partition("/")
+    if kind != "loss" and node not in rec.nodes:
+        raise SomatizeKeyError(
+            f"run {run!r} records no instruments for node {node!r} ({finding.curve}); "
+            f"give a finding of this run: curve(store, {run!r}, somatize.diagnose(store, run={run!r})[0])"
+        )
+    if kind == "loss":
+        values, steps = rec.loss, np.arange(len(rec.loss))
+    else:
+        n = rec.nodes[node]
+        if kind in n.output:
+            steps, values = n.output[kind]
+        elif kind == "update_ratio":
+            steps, u = n.steps, n.update
+            wn = u["weight_norm"]
+            values = np.divide(u["update_norm"], wn, out=np.full(len(steps), np.nan), where=wn > 0)
+        else:
+            steps, values = n.steps, n.update[kind]
+    return pd.Series(values, index=pd.Index(steps, name="step"), name=finding.curve)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -92,9 +93,11 @@ def store_root(store_or_path):
     marker; opens nothing for writing and writes nothing (``Store(path)``
     would make a store there)."""
     if not isinstance(store_or_path, (str, os.PathLike)):
-        from .store import Store  # here, not above: listing runs must not import numpy
-
-        if isinstance(store_or_path, Store):
+        # A Store exists only once its module is loaded: asked there, not
+        # imported (store imports this module, and numpy, which listing runs
+        # never loads).
+        store = sys.modules.get(__package__ + ".store")
+        if store is not None and isinstance(store_or_path, store.Store):
             return store_or_path.path
         raise SomatizeTypeError(
             f"store= takes a Store or a path to one; got {type(store_or_path).__name__} "
