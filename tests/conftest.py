@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-SLOW_FIRST = ("test_ship.py", "test_binder.py", "test_browser.py", "test_sidebar.py")
+SLOW_FIRST = ("test_ship.py", "test_binder.py", "test_browser.py", "test_sidebar.py", "test_bench.py")
 
 
 def pytest_collection_modifyitems(items):
