@@ -12,6 +12,7 @@ from labtools import ARTIFACTS, CHROMIUM, open_two_runs, shoot, sidebar_page, th
 
 from somatize import Recorder, Store
 from somatize._pictures import _svg
+from somatize._widgets._spent import RANKS_TITLE
 from somatize.record import spent
 
 SHOTS = ARTIFACTS / "sidebar-ranks"
@@ -42,7 +43,9 @@ RANKS_JS = r"""panel => [...panel.querySelectorAll('.smz-spent-run')].map(box =>
 }))"""
 
 
-def record(store, run, ranks):
+def record(store, run, ranks, before=None):
+    """A run of 12 steps; ``ranks``: each rank's µs a step in its step,
+    ``before``: each rank's µs before it (a run that says it)."""
     with Recorder(store, run=run) as rec:
         if ranks:
             rec({"fact": "ranks", "value": len(ranks)})
@@ -54,6 +57,8 @@ def record(store, run, ranks):
             rec({"fact": "loss", "value": (2.0 if ranks else 2.4) / (i + 1)})
             for rank, us in ranks.items():
                 rec({"fact": "rank_us", "rank": rank, "value": 99_999 if i == 0 else us + i % 3})  # step 0: warm-up
+            for rank, us in (before or {}).items():
+                rec({"fact": "rank_before_us", "rank": rank, "value": us})
 
 
 def test_a_data_parallel_runs_time_per_rank_and_its_straggler_as_spent_says_them(tmp_path):
@@ -71,7 +76,7 @@ def test_a_data_parallel_runs_time_per_rank_and_its_straggler_as_spent_says_them
         boxes = {b["run"]: b for b in panel.evaluate(RANKS_JS)}
         alone, ddp = boxes["alone"], boxes["ddp"]
         assert alone["ranks"] == [] and alone["title"] is None and alone["said"] is None  # one process: no ranks
-        assert ddp["title"] == "Each rank's own work a step, before it waits for the others"
+        assert ddp["title"] == RANKS_TITLE
         # side by side, in rank order, each rank's mean a step as spent computes it (warm-up left out)
         assert [r["name"] for r in ddp["ranks"]] == ["rank 0", "rank 1", "rank 2"]
         micros = {0: "1 ms", 1: "1.3 ms", 2: "1.1 ms"}  # 1000-1002, 1300-1302, 1100-1102 µs: mean +1
@@ -142,7 +147,7 @@ def test_a_run_whose_rank_series_is_damaged_shows_its_nodes_and_says_what_is_dam
         panel.locator(".smz-ranks-problem").wait_for(timeout=30_000)
         got = panel.evaluate(DAMAGED_JS)
         assert got["nodes"] == ["body", "head"] and got["ranks"] == 0
-        assert got["title"] == "Each rank's own work a step, before it waits for the others"
+        assert got["title"] == RANKS_TITLE
         assert got["said"].startswith("Not shown: run 'ddp': ") and "rank_us%2Frank1.bin does not verify" in got["said"]
         assert str(root) not in got["said"]  # the server's paths are not the reader's business
         assert got["color"] == got["error"] and got["inside"]
@@ -205,3 +210,42 @@ def test_spent_of_a_damaged_rank_series_in_chromium_draws_the_nodes_and_names_th
             assert "ranks" in alts and page.locator(".smz-ranks-problem").count() == 0
         finally:
             browser.close()
+
+
+BEFORE_JS = r"""panel => {
+  const box = [...panel.querySelectorAll('.smz-spent-run')]
+    .find(b => b.querySelector('.smz-spent-title').textContent === 'loader');
+  return [...box.querySelectorAll('.smz-rank-row')].map(r => {
+    const bar = r.querySelector('.smz-bar').getBoundingClientRect().width;
+    const part = r.querySelector('.smz-bar-before');
+    return {tip: r.title, share: part ? part.getBoundingClientRect().width / bar : null};
+  });
+}"""
+
+
+def test_a_rank_slow_at_loading_its_data_is_named_and_its_bar_shows_the_time_before_its_step(tmp_path):
+    """A run that says each rank's time before its step (rank_before_us): the
+    time view names the straggler in the very sentence spent says (its time
+    before its step included), and each rank's bar shows that part apart."""
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
+    root = tmp_path / "root"
+    store = Store(root / "store")
+    record(store, "loader", {0: 1000, 1: 1000}, before={0: 100, 1: 45_000})
+    record(store, "alone", {})
+    want = spent(store, run="loader")
+    assert want.straggler["rank"] == 1 and want.straggler["before_us"] == 45_000
+    with sidebar_page(root, tmp_path) as page:
+        panel = open_two_runs(page, "loader", "alone")
+        panel.locator(".smz-rank-row").first.wait_for(timeout=30_000)
+        said = panel.locator(".smz-straggler").text_content()
+        assert said in repr(want)  # spent's own sentence, word for word
+        assert said.startswith("rank 1 is the straggler: its steps take 46 ms, 41.8 times rank 0's, 45 ms of each "
+                               "before it began (loading its data")
+        rows = panel.evaluate(BEFORE_JS)
+        for got, rank in zip(rows, want.ranks):  # the part before its step, as a share of the bar
+            assert abs(got["share"] - rank["before_us"] / rank["mean_us"]) < 0.02, (got, rank)
+            assert "before the step began" in got["tip"] and "waits" in got["tip"]
+        panel.locator(".smz-spent").scroll_into_view_if_needed()
+        shoot(page, str(SHOTS / "before-light"))
+        theme(page, "JupyterLab Dark", light=False)
+        shoot(page, str(SHOTS / "before-dark"))

@@ -10,9 +10,9 @@ unwatched, its loss and metrics), apart from training; so is the Trainer's when 
 `trainer_us`: µs of loss, backward and update per step), split into its
 parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
 record holds them too; an older record draws it whole. A data-parallel run
-(`ranks`) also shows each rank's own work a step side by side (its time to
-reach the update: in its step, `rank_us/rank<i>`, and before it, loading
-its data, `rank_before_us/rank<i>`; record/_ranks.py) and names the
+(`ranks`) also shows each rank's time a step to reach the update side by
+side (in its step, `rank_us/rank<i>`, and before it, loading its data,
+`rank_before_us/rank<i>`, drawn fainter; record/_ranks.py) and names the
 straggler: the rank the others wait for, and by how much over the fastest.
 Each node's backward
 time (`backward_us/<node>`, on the steps the Trainer's instruments record,
@@ -130,16 +130,24 @@ def spent_data(store, run, forward=None):
             "spread": spread_of(store, run, per_forward, count), **rank_time(store, run)}
 
 
+RANKS_TITLE = "Each rank's time a step to reach the update, where it waits for the others"
+BEFORE_SHADE = 0.45  # the part of a rank's bar before its step began: its colour, fainter
+
+
 def straggler_text(d):
+    """The sentence naming the straggler (js/sidebar/ranks.ts says the same)."""
     s = d["straggler"]
     if s is None:
         return ""
     before = s.get("before_us") or 0  # a run recorded before the time before a step was said: none
     before = (f", {_svg.duration_us(before)} of each before it began (loading its data, the loop between "
               "steps)") if before else ""
+    if s["over"] < 1:
+        more = f"{_svg.duration_us(s['over_us'])} ({s['over']:.0%}) more than rank {s['fastest']}'s"
+    else:  # "4492% more" reads worse than "45.9 times"
+        more = f"{1 + s['over']:.3g} times rank {s['fastest']}'s"
     return (f"rank {s['rank']} is the straggler: its steps take {_svg.duration_us(s['mean_us'])}, "
-            f"{_svg.duration_us(s['over_us'])} ({s['over']:.0%}) more than rank {s['fastest']}'s{before}; "
-            "the others wait for it at every update")
+            f"{more}{before}; the others wait for it at every update")
 
 
 def _trainer_parts(per_forward):
@@ -252,23 +260,18 @@ def spent_inner(d, graph=None, narrow=False):
     parts.append(_spread_table(d))
     if d.get("ranks"):
         slow = d["straggler"]["rank"] if d["straggler"] else None
-        rank_bars = [{"label": f"rank {r['rank']}", "value": r["mean_us"],
-                      "color": _svg.SLOW if r["rank"] == slow else _svg.SERIES[0],
-                      "text": f"{_svg.duration_us(r['mean_us'])} a step",
-                      "data": {"rank": r["rank"]},
-                      "tip": f"rank {r['rank']}: {_svg.duration_us(r['mean_us'])} of its own work a step "
-                             f"({_svg.duration_us(r['before_us'])} before the step began, loading its data; "
-                             f"{_svg.duration_us(r['work_us'])} in it), then it waits "
-                             f"{_svg.duration_us(r['wait_us'])} for the others ({r['steps']:,} steps measured)",
-                      "parts": None}
-                     for r in d["ranks"]]
-        label = straggler_text(d) or "one rank"
-        parts.append(_h("Each rank's own work a step, before it waits for the others"
-                        + (f": {straggler_text(d)}" if d["straggler"] else "")))
+        split = any(r["before_us"] for r in d["ranks"])  # a run that said the time before its steps
+        rank_bars = [_rank_bar(r, _svg.SLOW if r["rank"] == slow else _svg.SERIES[0], split) for r in d["ranks"]]
+        label = ("fainter: before its step began (loading its data, the loop between steps)" if split
+                 else "from its step's start to the update")
+        parts.append(_h(RANKS_TITLE))
         parts.append(_both(_svg.bars_svg(rank_bars, title="ranks", unit_label=label),
                            narrow and _svg.bars_svg_narrow(rank_bars, title="ranks", unit_label=label)))
+        said = straggler_text(d) or "One rank measured."
+        parts.append(f"<p class='smz-straggler' style='margin:0 0 6px;font-size:12px;color:{_svg.INK};"
+                     f"overflow-wrap:anywhere'>{escape(said)}</p>")
     elif d.get("ranks_problem"):  # a damaged rank series: no rank drawn from its bytes, the damage named
-        parts.append(_h("Each rank's own work a step"))
+        parts.append(_h(RANKS_TITLE))
         parts.append(f"<div class='smz-ranks-problem' style='font-size:12px;color:{_svg.BAD};"
                      f"overflow-wrap:anywhere'>Not shown: {escape(d['ranks_problem'])}</div>")
     t = d["timeline"]
@@ -287,6 +290,22 @@ def spent_inner(d, graph=None, narrow=False):
 _COLORS = {"node": _svg.SERIES[0], "evaluation": _svg.SERIES[2]}
 _EACH = {"evaluation": "an evaluation"}  # what a row's mean is per
 _COUNTED = {"node": "calls", "evaluation": "evaluations"}
+
+
+def _rank_bar(r, color, split):
+    """A rank's bar: its time a step to reach the update, cut (``split``)
+    into the time before its step began and the time in it."""
+    tip = (f"rank {r['rank']}: {_svg.duration_us(r['mean_us'])} a step to reach the update "
+           f"({_svg.duration_us(r['before_us'])} before the step began, loading its data; "
+           f"{_svg.duration_us(r['work_us'])} in it), then it waits "
+           f"{_svg.duration_us(r['wait_us'])} for the others ({r['steps']:,} steps measured)")
+    cut = [{"name": "before", "value": r["before_us"], "color": color, "opacity": BEFORE_SHADE,
+            "text": f"before {_svg.duration_us(r['before_us'])}", "tip": tip},
+           {"name": "step", "value": r["work_us"], "color": color, "opacity": 1.0,
+            "text": f"in its step {_svg.duration_us(r['work_us'])}", "tip": tip}] if split else None
+    return {"label": f"rank {r['rank']}", "value": r["mean_us"], "color": color,
+            "text": f"{_svg.duration_us(r['mean_us'])} a step", "data": {"rank": r["rank"]},
+            "tip": tip, "parts": cut}
 
 
 def _both(wide, narrow):
@@ -401,8 +420,8 @@ def spent(store, run, forward=None, graph=None):
     """Where the time of `run` went: total and mean time per node, the
     engine's and the Trainer's own time, and a timeline of one forward (the
     last, or `forward=N`). `graph=g` also draws those times on the graph.
-    A data-parallel run also shows each rank's own work a step (in its
-    step and before it, loading its data) and its wait at the update, and
+    A data-parallel run also shows each rank's time a step to reach the
+    update (in its step and before it, loading its data) and its wait there, and
     names its straggler, the rank the others wait for (`.ranks`,
     `.straggler`); a rank series that is damaged
     shows no rank and says what is damaged and how to mend it
