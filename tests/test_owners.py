@@ -21,7 +21,7 @@ OWNERS = {  # concept -> the one module that defines it
     "run_names": "_store/names.py",
     "is_run_name": "_store/names.py",
     "points_bytes": "record/_log.py",
-    "trash_name": "_store/files.py",
+    "trash_name": "_base/files.py",
 }
 
 

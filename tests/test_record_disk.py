@@ -403,7 +403,7 @@ def test_every_file_a_summary_counts_was_synced_before_it_and_a_close_writes_the
     file and folder of the file system, as they are at that call) where the
     kernel holds little unwritten, else by an fsync each; only a new run's
     first summary, which counts nothing, is renamed in unsynced."""
-    from somatize._store import files
+    from somatize._base import files
 
     real_open, real_fsync, real_replace, real_mkdir = os.open, os.fsync, os.replace, os.mkdir
     folders = {}  # folder -> the call's number when it was made (the run's own, by Recorder())
@@ -543,7 +543,7 @@ def test_the_background_flush_syncs_on_its_own_thread_and_a_close_together(store
     GIL back from the loop, and nobody waits for a background flush). A
     close, which its caller waits for, makes one syncfs, or fsyncs its files
     together from those threads."""
-    from somatize._store import files
+    from somatize._base import files
     from somatize.record import _flusher
 
     real_fsync, real_syncfs, calls = os.fsync, files._find_syncfs(), []
@@ -701,7 +701,7 @@ def test_a_syncfs_that_fails_leaves_each_file_to_its_own_fsync(tmp_path, monkeyp
     """syncfs reports a write-back error from anywhere on the file system
     (another program's file): then each file is fsynced, and its own fsync
     says whether it is the one that failed."""
-    from somatize._store import files
+    from somatize._base import files
 
     fsynced = []
     real_fsync = os.fsync
@@ -722,7 +722,7 @@ def test_a_syncfs_that_fails_leaves_each_file_to_its_own_fsync(tmp_path, monkeyp
 def syncfs_here(path) -> bool:
     """Whether a commit in ``path`` is synced by syncfs when little is unwritten:
     Linux >= 5.17 and a local file system (ext4, xfs, btrfs)."""
-    from somatize._store import files
+    from somatize._base import files
 
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -738,7 +738,7 @@ def test_files_on_a_file_system_syncfs_may_not_make_durable_are_each_fsynced(mon
     little the kernel holds unwritten."""
     import tempfile
 
-    from somatize._store import files
+    from somatize._base import files
 
     assert os.path.isdir("/dev/shm"), "a Linux machine has /dev/shm"
     tried, fsynced, real_fsync = [], [], os.fsync

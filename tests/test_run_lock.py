@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from somatize import Recorder
-from somatize._store import locks
+from somatize._base import locks
 from somatize.record import _runs, runs
 
 OTHER = """

@@ -17,7 +17,7 @@ from as_nobody import as_nobody
 
 from somatize import Store, register_codec
 from somatize._base.errors import DamagedError, SomatizeError, SomatizeKeyError, SomatizeTypeError, SomatizeValueError
-from somatize._store.files import MAP_AT as _MAP_AT
+from somatize._base.files import MAP_AT as _MAP_AT
 from somatize._store.objects import INLINE_MAX, Encoded
 from somatize._store.store import as_store, digest_of
 
@@ -643,7 +643,7 @@ def _odd_big_array(seed):
 
 
 def test_a_large_object_written_around_the_page_cache_reads_back_whole(tmp_path):
-    from somatize._store import files as _files
+    from somatize._base import files as _files
 
     a = _odd_big_array(0)
     assert a.nbytes >= _files.DIRECT_AT
@@ -660,7 +660,7 @@ def test_a_large_object_written_around_the_page_cache_reads_back_whole(tmp_path)
 def test_without_o_direct_a_large_keep_takes_the_buffered_path(tmp_path, monkeypatch):
     # macOS has no O_DIRECT; Linux file systems that refuse it fail the open
     # the same way (write_temp_direct returns None either way)
-    from somatize._store import files as _files
+    from somatize._base import files as _files
 
     a = _odd_big_array(1)
     with_direct = Store(tmp_path / "direct").keep("big", a)

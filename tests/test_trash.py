@@ -6,7 +6,7 @@ the next opening of the store to write removes it."""
 import os
 
 from somatize import Recorder, Store
-from somatize._store import files
+from somatize._base import files
 from somatize.cli import check_report
 from somatize.record import runs
 

@@ -1,6 +1,10 @@
-"""The bottom layer: what crosses an edge, how it is encoded, and the errors.
+"""The bottom layer: what crosses an edge, how it is encoded, the errors, and durable files.
 
 Owns ``Opaque``/``Data`` (``values``), the codec registry (``codecs``), the
-exception family (``errors``) and the locks a forked child can take
-(``forks``). Imports numpy and nothing else of somatize.
+exception family (``errors``), the locks a forked child can take
+(``forks``), a bounded "did you mean" (``near``), the panels found by name
+(``panels``), durable files (``files``: written whole or not at all, read
+without following a link, synced in one round) and the lock held by one
+open file (``locks``: a run's). Imports numpy (``files`` lazily) and
+nothing else of somatize.
 """

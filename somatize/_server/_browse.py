@@ -46,9 +46,9 @@ import numpy as np
 import orjson
 import xxhash
 
+from .._base import files
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._pictures._chart import chart
-from .._store import files
 from .._store.names import is_run_name
 from ..record import _columns, _runs
 from ..record._check import check_run

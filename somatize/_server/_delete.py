@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .._store import files, locks
+from .._base import files, locks
 from ..record import _runs
 from ._public import Busy
 

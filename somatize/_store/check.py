@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .._base.errors import SomatizeError
-from .files import Refused, entries, read_regular
+from .._base.files import Refused, entries, read_regular
 from .names import DIGEST, MARKER, name_problem
 from .objects import TREE, Damaged, check_head, digest_in, parse, references
 

@@ -79,6 +79,7 @@ from pathlib import Path
 
 import orjson
 
+from .._base import files as _files
 from .._base.codecs import codec_named
 from .._base.errors import (
     CodecError,
@@ -89,10 +90,9 @@ from .._base.errors import (
     SomatizeValueError,
     StoreNotWritable,
 )
+from .._base.files import MAP_AT, FileInTheWay, Refused
 from .._base.near import AMONG, close_names
-from . import files as _files
 from .check import check as _check
-from .files import MAP_AT, FileInTheWay, Refused
 from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root
 from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, references, split
 from .writer import Writer, direct_io_default

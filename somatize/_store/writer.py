@@ -25,7 +25,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from . import files as _files
+from .._base import files as _files
 
 _HASH_WHILE_WRITING = 1 << 20  # bytes; below this a thread costs more than it saves
 _WRITERS = 8  # threads writing the leaves of one value

@@ -19,7 +19,7 @@ runs every 0.25 s, so typically 0.25 to 0.5 s of facts, more on a machine
 too busy to give the flusher its turn;
 everything before reads back in order, once, and the run lists as interrupted.
 
-This layer imports ``_base`` and ``_store``, plus numpy, pandas, orjson and
+This layer imports ``_base`` (its durable files and locks) and ``_store``, plus numpy, pandas, orjson and
 xxhash; never torch, never Jupyter (``progress``, ``spent``, ``Live`` and
 ``compare`` are drawn by ``_widgets`` and load lazily; without anywidget (or
 bqplot, for ``compare``), asking for one raises ``MissingExtra`` naming
@@ -31,7 +31,7 @@ Modules: ``_recorder`` (the watcher: its hot path and flush), ``_flusher``
 (the one background thread, exit and fork), ``_summary`` (summary.json: its
 strict reader, and how facts fold into it), ``_recovery`` (resume: cut back,
 rebuild from the log), ``_log`` (blocks, index, series: bytes on disk; the one
-reader of a log's tail), ``_files`` (a record file, by path, opened through ``_store.files``),
+reader of a log's tail), ``_files`` (a record file, by path, opened through ``_base.files``),
 ``_runs`` (run folders, names, locks, listing), ``_queries`` (facts, forwards,
 nodes, curve, runs), ``_check`` (fsck).
 
@@ -42,7 +42,7 @@ Layout of one run, ``<store>/runs/<run>/`` (this package owns it entirely)::
     series/<name>.bin (forward int64, value float64) per numeric fact
     summary.json      the run at its last completed flush (rewritten by rename),
                       with the bytes and xxh3 of index.bin and of each series
-    lock              held by the one Recorder recording the run (a lock of its open file: _store/locks.py)
+    lock              held by the one Recorder recording the run (a lock of its open file: _base/locks.py)
 
 Why this shape, for the figures it must meet:
 
@@ -76,7 +76,7 @@ whose summary does not read lists as "damaged" and its queries raise.
 ``Recorder(..., resume=True)`` rebuilds an index or series that does not
 verify from the log. Hostile by default: only regular files are read, never
 through a symlink, never waiting on a FIFO, never more bytes than the format
-allows (``_store.files``, given a path by ``_files``).
+allows (``_base.files``, given a path by ``_files``).
 
 What a crash leaves: bytes past what the summary counts are a flush a kill
 interrupted: whole blocks there are read by ``facts`` (their checksum proves

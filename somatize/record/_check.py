@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._base import files
 from .._base.errors import DamagedError
-from .._store import files as _store_files
 from .._store.names import run_names
 from . import _files, _log
 from ._runs import (
@@ -44,12 +44,13 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         return [f"run {run!r}: {problem}; move it away"], []
     problems: list[str] = []
     notes: list[str] = []
+    where = _files.anchored(folder)
     try:  # the run's folder is opened without following a link, like every file in it
-        kinds = dict(_files.entries(folder))
+        kinds = dict(files.entries(*where))
     except FileNotFoundError:
         kinds = {}
-    except _files.NotAFile as e:  # made a link since the lstat above
-        return [f"run {run!r}: {e}; move it away"], []
+    except files.Refused as e:  # made a link since the lstat above
+        return [f"run {run!r}: {_files.not_a_file(*where, e)}; move it away"], []
     for name in (SUMMARY, LOG, INDEX, LOCK, SERIES):
         if name not in kinds:
             continue
@@ -166,7 +167,7 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     notes = [f"{Path(root) / 'tmp' / name}: a deleted run not yet removed (its delete stopped partway); "
              "nothing reads it, and opening the store to write (Store(path)) removes it"
-             for name in _store_files.trash(root)]
+             for name in files.trash(root)]
     try:
         runs_dir(root)  # a runs/ that is a link or a file: one line, and nothing read through it
         names = run_names(root, links_too=True)
@@ -176,7 +177,7 @@ def check_runs(root: Path) -> tuple[list[str], list[str]]:
         folder = root / "runs" / name
         try:
             p, n = check_run(folder)
-        except (OSError, _files.NotAFile, _store_files.Refused, ValueError) as e:  # a file changed under the check, say
+        except (OSError, _files.NotAFile, files.Refused, ValueError) as e:  # a file changed under the check, say
             p = [f"run {name!r}: could not be checked ({e}); run the check again, "
                  f"and if it says the same, move {folder} away"]
             n = []

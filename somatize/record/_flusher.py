@@ -94,7 +94,7 @@ def _forget_after_fork():
     # thread held at the fork would be held forever: made anew, so the
     # child's copy still answers what it reads (forwards, curve). The child's
     # copy of each run's lock file is closed: the lock belongs to the open
-    # file (_store.locks), which the child shares, and a child that outlived
+    # file (_base.locks), which the child shares, and a child that outlived
     # its parent (a DataLoader worker) would keep the run locked.
     global _flusher
     for recorder in LIVE.values():

@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 import xxhash
 
+from .._base import files
 from .._base.errors import DamagedError
 from . import _files
 
@@ -313,7 +314,7 @@ def _as_float(v) -> float:
 
 def series_names(folder: Path) -> list[str]:
     try:  # series/ itself is not followed either
-        listed = _files.entries(folder)
-    except (OSError, _files.NotAFile):
+        listed = files.entries(*_files.anchored(folder))
+    except (OSError, files.Refused):
         return []
     return sorted(unquote(f[:-4]) for f, _ in listed if f.endswith(".bin"))

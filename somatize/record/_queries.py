@@ -22,13 +22,13 @@ import os
 
 import numpy as np
 
+from .._base import files
 from .._base.errors import (
     DamagedError,
     SomatizeKeyError,
     SomatizeTypeError,
     SomatizeValueError,
 )
-from .._store import files as _store_files
 from .._store.names import store_root
 from . import _files, _log
 from ._runs import (
@@ -165,12 +165,12 @@ class _Run:
         if not len(entries):
             return out  # a run that has no facts yet may have no log yet either
         try:
-            fd = _files.open_regular(self.folder / LOG, missing_ok=False)
-        except (_files.NotAFile, FileNotFoundError) as e:
+            fd, _ = files.open_regular(*_files.anchored(self.folder / LOG))
+        except (files.Refused, OSError) as e:
             raise self.damaged(self.folder / LOG, f"cannot be read ({e})") from None
         try:
             for first, last, offset, length in entries:
-                raw = _store_files.pread_all(fd, int(length), int(offset))
+                raw = files.pread_all(fd, int(length), int(offset))
                 try:
                     first_, last_, _count, _n, payload = _log.read_block(raw, 0)
                     if (first_, last_) != (first, last) or len(raw) != length:
@@ -191,7 +191,7 @@ class _Run:
         size, want = self.committed["series"].get(name, (0, None)) if self.committed else (0, None)
         points = np.empty(0, _log.POINT)
         if size:
-            if not _store_files.is_real_dir(self.folder / SERIES):
+            if not files.is_real_dir(self.folder / SERIES):
                 raise self.damaged(self.folder / SERIES,
                                    "is not a real folder (a symlink?); nothing is read through it")
             path = _log.series_file(self.folder / SERIES, name)

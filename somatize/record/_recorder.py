@@ -7,7 +7,7 @@ seconds, and ``flush()``, ``close()`` and exit.
 
 A flush appends whole blocks to ``facts.log`` in one ``write()``, then the
 series and the index, syncs them (one ``syncfs`` where cheap, else an fsync
-each: ``_store.files.sync_all``), and last rewrites ``summary.json``
+each: ``_base.files.sync_all``), and last rewrites ``summary.json``
 atomically (temp file, synced, rename) with the bytes and xxh3 checksum of
 each file.
 When ``flush()`` returns, its facts survive a kill -9 and a power cut.
@@ -34,8 +34,8 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
+from .._base.files import Refused, append_durably, ensure_dirs, remove_junk, sync_all, write_all
 from .._graph.watchers import Holders
-from .._store.files import Refused, append_durably, ensure_dirs, remove_junk, sync_all, write_all
 from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary

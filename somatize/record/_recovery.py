@@ -18,7 +18,7 @@ import stat
 import xxhash
 
 from .._base.errors import DamagedError
-from .._store.files import replace, sync_dir, write_temp
+from .._base.files import replace, sync_dir, write_temp
 from . import _files, _log
 from ._runs import INDEX, LOG, SERIES
 from ._summary import summarise

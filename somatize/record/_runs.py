@@ -8,7 +8,7 @@ and each run's folder in it without following one, and reads the run's files
 in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
 process died ("interrupted", its ``cause`` saying so). The lock is held by
-the Recorder's open file (``_store.locks``), so the probe is the answer for
+the Recorder's open file (``_base.locks``), so the probe is the answer for
 every run, this process's own included, and probing never drops it. A run
 recorded by this very process is read from memory through the in-process
 registry ``LIVE`` (its facts not yet flushed too; a query never makes a live
@@ -22,11 +22,10 @@ import stat
 import threading
 from pathlib import Path
 
+from .._base import files, locks
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._base.forks import fork_safe
 from .._base.near import close_names
-from .._store import files as _store_files
-from .._store import locks
 from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
 from . import _files
 from ._summary import LOST, MAX_BYTES, Broken, parse
@@ -218,10 +217,11 @@ def holder_alive(folder: Path, at: int | None = None) -> bool:
     without taking the lock (``locks.held``). A lock that is not a regular
     file is nobody's: the run reads interrupted."""
     try:  # read-only, no part below the store followed, a regular file or nothing
-        fd = _files.open_regular(os.path.join(folder, LOCK), at=at)
-    except (OSError, _files.NotAFile):
-        return False
-    if fd is None:
+        if at is not None:
+            fd, _ = files.open_in(at, LOCK)
+        else:
+            fd, _ = files.open_regular(*_files.anchored(os.path.join(folder, LOCK)))
+    except (OSError, files.Refused):
         return False
     try:
         return locks.held(fd)
@@ -240,8 +240,8 @@ def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     the summaries it reads. The log is written and synced before the summary
     that counts it, so a sound run never reads short, even while it runs."""
     try:
-        size = _store_files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
-    except _store_files.Refused as e:
+        size = files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
+    except files.Refused as e:
         return f"is not a regular file ({e})"
     except OSError as e:
         return f"cannot be read ({e.strerror})"
@@ -303,10 +303,10 @@ def summaries(store, names=None, identities=None) -> list[dict]:
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
     try:  # each run's folder is opened in runs/, following no link: what is checked is what is read
-        runs_fd = _store_files.open_dir(root, ("runs",))
+        runs_fd = files.open_dir(root, ("runs",))
     except FileNotFoundError:
         return []  # no runs (any more)
-    except (_store_files.Refused, NotADirectoryError):
+    except (files.Refused, NotADirectoryError):
         runs_dir(root)  # raises, saying what runs/ is
         return []
     idents = identities if identities is not None else []
@@ -327,10 +327,10 @@ def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
     and the identity of the summary.json it was read from (None for a row
     that is not a summary's: damaged, or a live Recorder's)."""
     try:
-        run_fd = _store_files.open_below(runs_fd, name)
+        run_fd = files.open_below(runs_fd, name)
     except FileNotFoundError:
         return None, None
-    except _store_files.Refused as e:  # a link, a file, a FIFO…
+    except files.Refused as e:  # a link, a file, a FIFO…
         return {"run": name, "state": "damaged", "problem": folder_problem(folder) or f"{folder} is {e}"}, None
     except OSError as e:  # one not ours to open
         return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}, None

@@ -38,8 +38,8 @@ import stat
 import threading
 import time
 
+from .._base import files
 from .._base.forks import fork_safe
-from .._store import files as _store_files
 from .._store.names import is_run_name, store_root
 from . import _runs
 from ._summary import LOST
@@ -124,10 +124,10 @@ def table(store, stats) -> Table:
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
     try:  # runs/ opened following no link: each run's name is looked up in it
-        runs_fd = _store_files.open_dir(root, ("runs",))
+        runs_fd = files.open_dir(root, ("runs",))
     except FileNotFoundError:
         return Table([], {})
-    except (_store_files.Refused, NotADirectoryError):
+    except (files.Refused, NotADirectoryError):
         _runs.runs_dir(store_root(store))  # raises, saying what runs/ is
         return Table([], {})
     rows: list = []
