@@ -22,12 +22,12 @@ what 400 do. The page (bqplot, ``_compare_view``) and the picture
 from __future__ import annotations
 
 import math
-import re
 from html import escape
 
 import numpy as np
 
 from .._pictures import _chart, _svg
+from ..record._tree import column_text, comparison_of, conjuncts, equal, literal_text, writable
 from ._bundle import panel_bundle
 from ._progress import RAMP, finite, thinned
 
@@ -38,50 +38,6 @@ CURVE_POINTS = 300  # each thinned to this many bucket means
 MISSING = -0.12  # the place of a run without the axis's value, below the axis's foot
 INSET = 0.08  # on an axis holding an infinity: the gap between its end, where the infinity is, and the finite values
 GREY = "#9ca3af"  # a run outside the selection, and one without the metric (hex: bqplot takes no CSS variable)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_/]*")
-_WORDS = {"and", "or", "not", "in", "true", "false", "null", "True", "False", "None", "inf"}
-
-
-def _column_text(column: str) -> str:
-    """A column as the grammar reads it: each part a bare name, or between
-    backticks when it is not one (``config.`batch size```)."""
-    return ".".join(p if _NAME.fullmatch(p) and p not in _WORDS else f"`{p}`" for p in column.split("."))
-
-
-def _nameable(column: str) -> bool:
-    """Whether ``_column_text(column)`` reads back as ``column`` (a name
-    with a backtick or a control character, or a part of over 200
-    characters that is not a bare name, cannot be written in a query)."""
-    from somatize._base.errors import QueryError
-    from somatize.record._where import comparisons
-
-    try:
-        said = comparisons(f"{_column_text(column)} == 0")
-    except QueryError:
-        return False
-    return said is not None and said[0][0] == column
-
-
-def _literal(v) -> str:
-    """A value as the grammar reads it back as itself."""
-    if v is True or v is False:
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    body = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
-    return f'"{body}"'
-
-
-def _writable(v) -> bool:
-    """Whether a value can be written in a query (a list or a dict cannot; a
-    string with control characters other than a new line or a tab cannot)."""
-    if isinstance(v, str):
-        return not re.search(r"[\x00-\x08\x0b-\x1f]", v)
-    return v is None or isinstance(v, (bool, int, float))
 
 
 def _outward(x: float, down: bool) -> float:
@@ -169,7 +125,7 @@ class Axis:
         self.places = np.array([MISSING if v is _ABSENT or (v.__class__ is float and v != v)
                                 else spot[(v.__class__ is bool, v)] for v in values])
         self.ticks = [(spot[(c.__class__ is bool, c)], _chart.number(c) if isinstance(c, (int, float))
-                       and not isinstance(c, bool) else _literal(c) if c is None or isinstance(c, bool) else c)
+                       and not isinstance(c, bool) else literal_text(c) if c is None or isinstance(c, bool) else c)
                       for c in self.categories]
 
     def place(self, v):
@@ -207,10 +163,10 @@ class Axis:
     def term(self, brush):
         """The query a brush ``(foot, top)`` in places means, in the grammar."""
         a, b = max(0.0, min(brush)), min(1.0, max(brush))
-        column = _column_text(self.column)
+        column = column_text(self.column)
         if self.categories is not None:
             chosen = [c for c, p in zip(self.categories, self._spots()) if a - 1e-9 <= p <= b + 1e-9]
-            return f"{column} in [{', '.join(_literal(c) for c in chosen)}]"
+            return f"{column} in [{', '.join(literal_text(c) for c in chosen)}]"
         if b < a:  # a brush below the foot: runs without a value, which no comparison holds for
             return f"{column} in []"
         # a brush at the foot or the top holds the very value there (10 ** log10(n) is not always n)
@@ -221,7 +177,7 @@ class Axis:
         else:
             lo = _outward(self.value(a) if lo is None else lo, True)
             hi = _outward(self.value(b) if hi is None else hi, False)
-        return f"{column} >= {_literal(lo)} and {column} <= {_literal(hi)}"
+        return f"{column} >= {literal_text(lo)} and {column} <= {literal_text(hi)}"
 
     def _spots(self):
         k = len(self.categories)
@@ -236,7 +192,7 @@ class Axis:
                 if op not in ("==", "in"):
                     raise _Undrawable(f"{self.column} {op} …", "a set of values: write == or in [...]")
                 for x in (v if op == "in" else [v]):
-                    chosen.update(p for c, p in zip(self.categories, self._spots()) if _same(c, x))
+                    chosen.update(p for c, p in zip(self.categories, self._spots()) if equal(c, x))
             if not chosen:
                 return None
             room = 0.25 / max(1, len(self.categories) - 1)  # a brush a person can see and grab, around them
@@ -244,6 +200,8 @@ class Axis:
         lo, hi = -math.inf, math.inf
         for op, v in said:
             values = v if op == "in" else [v]
+            if op == "in" and not values:  # no value at all: what a brush below the foot writes
+                return None
             numbers = [x for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)]
             if op == "!=" or not numbers:
                 raise _Undrawable(f"{self.column} {op} {v!r:.40}", "a range of numbers: write <, <=, >, >=, "
@@ -261,26 +219,6 @@ class Axis:
         if foot > top:
             return None
         return [foot, top] if top - foot >= 0.02 else [foot - 0.01, top + 0.01]  # one value: a brush one can see
-
-
-def _same(a, b) -> bool:
-    """Equal as the grammar compares: of one kind (a boolean is not a number; an int is a float's equal)."""
-    def kind(v):
-        return "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
-    return kind(a) == kind(b) and a == b
-
-
-def _or_outside_parentheses(text: str) -> bool:
-    """Whether the query ``text`` holds an ``or`` outside every parenthesis."""
-    from somatize.record._where import _KEYWORDS, _tokens
-
-    depth = 0
-    for kind, value, _, _ in _tokens(text):
-        if kind == "op" and value in "()":
-            depth += 1 if value == "(" else -1
-        elif kind == "name" and depth == 0 and _KEYWORDS.get(value.lower()) == "or":
-            return True
-    return False
 
 
 class _Undrawable(Exception):
@@ -327,6 +265,7 @@ class Explorer:
     def __init__(self, store, where, metric):
         from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
         from somatize.record import _columns, _table, _where
+        from somatize.record._where import nameable
 
         if not isinstance(metric, str):
             raise SomatizeTypeError(f"metric={metric!r}: give a column of runs(store) as a str, e.g. "
@@ -351,10 +290,10 @@ class Explorer:
         keys = []
         for column in dict.fromkeys(c for r in self.rows for c in r if c.startswith("config.")):
             got = [r.get(column, _ABSENT) for r in self.rows]
-            given = {(v.__class__ is bool, v) for v in got if v is not _ABSENT and _writable(v)}
-            if any(v is not _ABSENT and not _writable(v) for v in got):
+            given = {(v.__class__ is bool, v) for v in got if v is not _ABSENT and writable(v)}
+            if any(v is not _ABSENT and not writable(v) for v in got):
                 continue  # a list, a dict: no brush can say it
-            if (len(given) >= 2 or (given and any(v is _ABSENT for v in got))) and _nameable(column):
+            if (len(given) >= 2 or (given and any(v is _ABSENT for v in got))) and nameable(column):
                 keys.append(Axis(column, got))  # (a key no query can name, with a backtick or a tab, has none)
         for axis in keys:
             axis.importance = _importance(axis, head)
@@ -416,36 +355,33 @@ class Explorer:
 
     def _set_where(self, text):
         from somatize._base.errors import SomatizeValueError
-        from somatize.record._where import Query, comparisons
+        from somatize.record._where import Query, parse
 
         if text is None or not str(text).strip():
-            own = None
+            own, parts = None, []
         else:
-            own = Query(text).text.strip()  # a bad query fails here, pointing at the character
+            query = Query(text)  # a bad query fails here, pointing at the character
+            own, parts = query.text.strip(), conjuncts(query.tree)
             if self.base is not None:
-                # "A or B and C" is A or (B and C): a base with an 'or' of its own leads only in parentheses
-                leads = [f"({self.base})"] + ([] if _or_outside_parentheses(self.base) else [self.base])
-                for lead in leads:
-                    if own == lead.strip():
-                        own = None
-                        break
-                    if own.startswith(lead) and re.match(r"\s+and\s", own[len(lead):], re.IGNORECASE):
-                        own = own[len(lead):].lstrip()[3:].lstrip()
-                        break
+                # compare's own where= in front is not the brushes' ("A or B and C" is A or (B and C): no
+                # base "A or B" in front); the brushes draw what follows it
+                lead = conjuncts(parse(self.base))
+                if parts[: len(lead)] == lead:
+                    parts = parts[len(lead):]
+                    own = " and ".join(p.text() for p in parts) or None
+        said_all = [comparison_of(p) for p in parts]
+        if None in said_all:
+            raise SomatizeValueError(
+                f"where={text!r}: the brushes draw comparisons of an axis with values joined by 'and' "
+                f"(no 'or', no 'not'): write e.g. {self._example()!r}")
         said: dict = {}
-        if own is not None:
-            parts = comparisons(own)
-            if parts is None:
+        by_column = {a.column: i for i, a in enumerate(self.axis_list)}
+        for column, op, value in said_all:
+            if column not in by_column:
                 raise SomatizeValueError(
-                    f"where={text!r}: the brushes draw comparisons of an axis with values joined by 'and' "
-                    f"(no 'or', no 'not'): write e.g. {self._example()!r}")
-            by_column = {a.column: i for i, a in enumerate(self.axis_list)}
-            for column, op, value in parts:
-                if column not in by_column:
-                    raise SomatizeValueError(
-                        f"where={text!r}: {column} is not an axis of this explorer (its axes: "
-                        f"{', '.join(self.axes)}; a key that does not vary has none)")
-                said.setdefault(by_column[column], []).append((op, value))
+                    f"where={text!r}: {column} is not an axis of this explorer (its axes: "
+                    f"{', '.join(self.axes)}; a key that does not vary has none)")
+            said.setdefault(by_column[column], []).append((op, value))
         brushes = [None] * len(self.axis_list)
         for i, pairs in said.items():
             try:

@@ -69,7 +69,7 @@ class Table:
         self._nested = None
 
     def columns(self):
-        from ._where import Columns
+        from ._arrays import Columns
 
         if self._columns is None:
             self._columns = Columns(self.rows)
