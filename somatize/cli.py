@@ -78,20 +78,22 @@ def runs_table(path, where=None) -> str:
     is. Columns: the run, its state, counts, its config (``config.<key>``)
     and the last value of each summarised fact (``<fact>.last``), named as
     ``somatize.record.runs`` names them (``record/_columns``), and when it
-    was updated. ``where``: only the runs that query holds for
-    (``record/_where``; a query that does not read raises ``QueryError``
-    before anything is read). Linear in the runs and their summarised facts."""
-    from .record._columns import QUERY_STATS, config_columns, row
-    from .record._runs import summaries
+    was updated. The runs are the store's table (``record/_table``, what
+    ``runs()`` and the run browser list); ``where``: only the runs that
+    query holds for (``record/_where``, asked of each run's row: numpy is
+    not loaded; a query that does not read raises ``QueryError`` before
+    anything is read). Linear in the runs and their summarised facts."""
+    from .record import _table
+    from .record._columns import QUERY_STATS, config_columns
     from .record._where import Query, matching
 
     query = None if where is None else Query(where)
-    rows = summaries(Path(path))
+    listed = _table.table(Path(path), QUERY_STATS).listed
     if query is not None:
-        chosen = {id(s) for s in matching(rows, query, key=lambda s: row(s, QUERY_STATS))}
-        rows = [s for s in rows if id(s) in chosen]
-        if not rows:
+        listed = matching(listed, query, key=lambda got: got.row)
+        if not listed:
             return f"no run in {path} matches {where!r}"
+    rows = [got.summary for got in listed]  # shared with the table: read, never changed
     if not rows:
         return f"no runs in {path} yet"
     names: dict = {}

@@ -11,12 +11,16 @@ from __future__ import annotations
 import ast
 import math
 import random
+import time
 from pathlib import Path
 
 import pytest
 
 from somatize import QueryError, Recorder, SomatizeValueError, Store
-from somatize.record import compare, runs
+from somatize._server._browse import Browser
+from somatize._server._discover import store_id
+from somatize.cli import runs_table
+from somatize.record import _runs, _table, compare, runs
 from somatize.record._tree import (
     And,
     Column,
@@ -229,6 +233,83 @@ def test_the_conjuncts_of_a_query_round_trip_to_brushes(tmp_path):
                                          if comparison_of(p)[0] == axis.column))
                 assert inside.tolist() == [own(row) for row in other.rows], (text, axis.column)
     assert asked >= 15
+
+
+# ---- every surface answers from one table, with one engine -------------------------------------------
+
+
+MIXED = {
+    "a-int": {"lr": 1, "opt": "sgd", "flag": True, "tags": [1, 2]},
+    "b-float": {"lr": 0.01, "opt": "adam", "flag": False},
+    "c-str": {"lr": "auto", "opt": "adam", "flag": 1},
+    "d-none": {"lr": None, "opt": "sgd"},
+    "e-missing": {"opt": "adamw", "flag": "yes"},
+    "f-big": {"lr": 2**60 + 1, "opt": "", "flag": 0.0},
+    "g-noconfig": None,
+}
+LOSSES = {"a-int": [3.0, 2.0], "b-float": [2.0, 0.5], "c-str": [float("nan")], "d-none": [5.0, float("inf")],
+          "e-missing": [0.4], "f-big": [7.0, -6.0], "g-noconfig": []}
+ASKED = ["config.lr < 0.5", "config.lr == 1", "config.flag == true", "config.flag == 1", "config.flag != 1",
+         'config.opt in ["adam", ""]', "config.opt not in ['sgd']", "config.lr == null", "not config.lr == null",
+         "loss.best < 1 or config.lr > 1e10", "loss.last > -inf", "loss.max == inf", "not loss.last < 10",
+         "config.tags == 1", "loss.count >= 1 and state == 'finished'", "age > 0", "age < 0",
+         "config.lr >= config.flag", "run in ['a-int', 'g-noconfig'] and not config.opt == 'sgd'"]
+
+
+def cli_names(text):
+    if text.startswith("no run"):
+        return []
+    lines = text.splitlines()[1:]  # the header
+    return [line.split()[0] for line in lines if line and not line.startswith(("interrupted:", "damaged:", "("))]
+
+
+def test_every_surface_answers_a_query_with_the_same_runs(tmp_path):
+    store = Store(tmp_path / "s")
+    for run, config in MIXED.items():
+        with Recorder(store, run=run, config=config, summarising=["loss"]) as r:
+            for v in LOSSES[run]:
+                r.forward_began()
+                r({"fact": "loss", "value": v})
+    browser = Browser(tmp_path)
+    sid = store_id("s")
+    for query in ASKED:
+        want = list(runs(store, where=query)["run"])
+        assert [r["run"] for r in browser.runs(sid, where=query)["runs"]] == want, query
+        assert [r["run"] for r in browser.runs(sid, where=query, sort="run", descending=True)["runs"]] == want[::-1]
+        assert cli_names(runs_table(store.path, where=query)) == want, query
+        if any(isinstance(v, float) and math.isfinite(v) for v in runs(store, where=query).get("loss.best", [])):
+            assert list(compare(store, where=query).selected["run"]) == want, query
+    assert len({tuple(runs(store, where=q)["run"]) for q in ASKED}) > 10  # the queries tell the runs apart
+
+
+def test_the_run_browser_lists_from_the_table_runs_asks(tmp_path, monkeypatch):
+    """A store's runs read once, by any surface, are not read again by
+    another while nothing changed: ``runs()`` and the run browser's
+    listings (a query, an order, a page by name) ask one table."""
+    monkeypatch.setattr(_table, "_RECENT", 0.0)  # trusts the files' times at once (test_run_table.py)
+    read = []
+    real = _runs._row
+    monkeypatch.setattr(_runs, "_row", lambda name, *a: read.append(name) or real(name, *a))
+    store = Store(tmp_path / "s")
+    for i in range(6):
+        with Recorder(store, run=f"r{i}", config={"lr": 0.1 * i}, summarising=["loss"]) as r:
+            r.forward_began()
+            r({"fact": "loss", "value": 1.0 / (i + 1)})
+    time.sleep(0.05)  # past the clock's tick that moves a file's times
+    browser = Browser(tmp_path)
+    sid = store_id("s")
+    assert list(runs(store, where="config.lr > 0.25")["run"]) == ["r3", "r4", "r5"] and len(read) == 6
+    del read[:]
+    assert [r["run"] for r in browser.runs(sid, where="config.lr > 0.25")["runs"]] == ["r3", "r4", "r5"]
+    assert [r["run"] for r in browser.runs(sid, sort="loss.last")["runs"]] == [f"r{i}" for i in range(5, -1, -1)]
+    assert [r["run"] for r in browser.runs(sid, limit=2, offset=2)["runs"]] == ["r2", "r3"]
+    assert read == []
+    with Recorder(store, run="r1", resume=True, summarising=["loss"]) as r:  # one run changes
+        r.forward_began()
+        r({"fact": "loss", "value": 0.01})
+    time.sleep(0.05)
+    assert [r["run"] for r in browser.runs(sid, limit=2)["runs"]] == ["r0", "r1"] and read == ["r1"]
+    assert runs(store).set_index("run").loc["r1", "loss.last"] == 0.01 and read == ["r1"]  # read once, by the page
 
 
 # ---- no layer above the record reaches into the engine ----------------------------------------------

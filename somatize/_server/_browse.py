@@ -17,9 +17,16 @@ The rules kept here and in those parts:
   folder it found itself (a hash of its path below the root); a run by the
   name of a real folder in the store's ``runs/``. Nothing a client sends is
   ever joined to a path before it has been matched against what was found.
-- **Reads are pure**, through the record layer's readers (``_runs``,
-  ``_queries``); a listing reuses a run's row while its ``summary.json`` is
-  the same file (same inode, size, time: a flush renames a new one in).
+- **One engine, one table.** A listing is the record layer's table of the
+  store's runs (``record/_table``, the one ``runs()``, ``somatize runs`` and
+  ``compare`` ask), only its real folders shown: a query is asked of its
+  whole columns at once (``record/_where``'s ``Query.mask``), an order
+  sorts what it holds for (``_sort``), then the page is cut; a listing by
+  name makes current only its page's runs (``_table.names``,
+  ``_table.current``). A run's row is served again while its
+  ``summary.json`` is the same file (same inode, size, times: a flush
+  renames a new one in) and its log holds what that counts; the sidebar's
+  row of it is made once with it (``Listed.made``). Reads are pure.
 - **Findings are counted off the request.** A row's ``findings`` (how many
   ``somatize.diagnose`` returns) costs 5-15 ms a run, too much for a listing
   of 1,000 (<= 100 ms): a listing only reads the counts known for each run's
@@ -34,7 +41,6 @@ The rules kept here and in those parts:
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import re
 import stat
@@ -50,9 +56,9 @@ from .._base import files
 from .._base.errors import DamagedError, SomatizeError, SomatizeKeyError
 from .._pictures._chart import chart
 from .._store.names import is_run_name
-from ..record import _columns, _runs
+from ..record import _columns, _runs, _table
 from ..record._check import check_run
-from ..record._columns import best, config_columns
+from ..record._columns import QUERY_STATS, best, config_columns
 from ..record._queries import steps_of
 from ..record._summary import stat_json
 from ..record._where import Query
@@ -62,7 +68,7 @@ from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
 from ._public import Bad, Gone, NotFound, public_text
 from ._sort import Order, getter
-from ._tags import key_of, keys_of, listing_tag, page_of, recorded_in
+from ._tags import listing_tag
 
 PAGE = 1_000  # runs in one listing answer at most
 POINTS = 2_000  # points a curve is cut down to at most (min and max of each bucket)
@@ -79,9 +85,6 @@ class Browser:
         self.root = os.path.realpath(os.fspath(root))
         self.walk = Walk(self.root, clock)  # the stores, walked again at most every walk.gap() s
         self._stores: dict[str, str] = {}
-        self._rows: dict[str, dict[str, tuple]] = {}  # store id -> run -> (summary file key, row)
-        self._recorded: dict[str, frozenset] = {}  # store id -> runs known to hold a run (_tags.page_of)
-        self._damage: dict[str, int] = {}  # store id -> damage found by a query: part of the listing's tag
         # (store id, listing token) -> the names of a listing of several pages, in its order (_listing)
         self._listings: collections.OrderedDict[tuple[str, str], tuple[str, ...]] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -96,7 +99,7 @@ class Browser:
             folder = self._folder(rel)
             if os.path.realpath(folder) != folder or not is_store(folder):  # gone since the walk
                 continue
-            out.append({"id": sid, "path": rel, "runs": len(self._page_of(sid, folder, 0, 0, "")[1])})
+            out.append({"id": sid, "path": rel, "runs": len(_names(folder))})
         return out
 
     def _folder(self, rel: str) -> str:
@@ -104,17 +107,12 @@ class Browser:
 
     def _current(self) -> dict[str, str]:
         """The stores there are (``Walk.stores``); when a new walk landed,
-        what was kept of a store no longer found (rows, counts of findings)
-        is dropped."""
+        the counts of findings of a store no longer found are dropped."""
         found = self.walk.stores()
         with self._lock:
             if found is self._stores:
                 return found
             self._stores = found
-            for sid in self._rows.keys() - found.keys():
-                del self._rows[sid]
-            for sid in self._recorded.keys() - found.keys():
-                del self._recorded[sid]
         _COUNTER.forget_stores(self.root, {self._folder(rel) for rel in found.values()})
         return found
 
@@ -146,7 +144,7 @@ class Browser:
             raise NotFound(f"no run {run!r} in this store") from None
         if not stat.S_ISDIR(st.st_mode):
             raise NotFound(f"no run {run!r} in this store")
-        if not recorded_in(root, run):  # a folder being made, or no run: the listing leaves it out
+        if not _holds_a_run(root, run):  # a folder being made, or no run: the listing leaves it out
             raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded "
                            f"(no {_runs.SUMMARY}, no {_runs.LOG}); list the runs again (GET .../runs)")
         return root, os.path.join(root, "runs", run)
@@ -182,9 +180,11 @@ class Browser:
         names on it, the identity of each one's summary file (a flush renames
         a new one in), the state of each running run (its lock may have been
         dropped by a process that died, with no file changed) and the
-        store's generation of counts of findings. When the tag is one of
-        ``unless`` (the tags a poll sent back) the answer is ``(None, tag)``,
-        made from one stat per run and the rows kept: no page is built."""
+        store's generation of counts of findings; with a query or an order,
+        the store's table (``_table.Table.number``: a new one whenever a run
+        changed), since any run may come to match or to move. When the tag
+        is one of ``unless`` (the tags a poll sent back) the answer is
+        ``(None, tag)``: no row is built."""
         # a query that does not read, an order that names no column: refused before anything is read
         query = Query(where) if where else None
         order = Order(sort, descending)
@@ -193,7 +193,7 @@ class Browser:
         with _COUNTER.listing():
             if query is not None or not order.by_name:
                 return self._runs_chosen(sid, offset, limit, match, unless, query, order, listing)
-            return self._runs_tagged(sid, offset, limit, match, unless, listing)
+            return self._runs_by_name(sid, offset, limit, match, unless, listing)
 
     def _listing(self, sid, names, offset, limit, listing) -> tuple[list, str | None, int]:
         """The names of the page at ``offset``, the listing's token and how
@@ -224,168 +224,98 @@ class Browser:
         return names[offset: offset + limit], token, len(names)
 
     def _runs_chosen(self, sid, offset, limit, match, unless, query, order, listing) -> tuple[dict | None, str]:
-        """``runs_tagged`` with a query or an order of its own: every run's
-        columns (kept with its row while its summary.json is the same) are
-        asked, the matching ones sorted, then paged. The tag covers every
-        run's summary, since any may come to match or to move."""
+        """``runs_tagged`` with a query or an order of its own: the store's
+        table (``record/_table``) asked the query of its whole columns at
+        once (``Query.mask``), the runs it holds for sorted, then paged."""
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
-        counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
-        every, names, _, keys = self._page_of(sid, root, 0, None, match)
-        self._prune(sid, root, every)
-        rows = {r["run"]: r for r in self._rows_of(sid, root, names, keys)}
-        with self._lock:
-            kept = self._rows.get(sid, {})
-            columns = {n: kept[n][2] for n in rows if n in kept}
+        counts = _COUNTER.generation(root)  # before the rows: a count landing after it changes the next tag
         now = time.time()
-        by_name = dict(zip(names, keys))
         if listing:  # a later page: the order its first page was cut from, the rows read now
-            chosen = None
+            page, token, total = self._listing(sid, None, offset, limit, listing)
+            got = _current(root, page)
+            page = [n for n in page if n in got]  # a run deleted since its listing began: left out
+            state = _said(got, page)
         else:
-            chosen = [n for n in names if n in columns and (query is None or query(columns[n], now))]
+            table = _whole(root)
+            low = match.lower()
+            held = query.mask(table.columns(), now).tolist() if query is not None else [True] * len(table.listed)
+            shown, chosen = [], []  # what a listing shows (real folders, the name matching); what the query holds for
+            for listed, holds in zip(table.listed, held):
+                if listed.folder and low in listed.name.lower():
+                    shown.append(listed)
+                    if holds:
+                        chosen.append(listed)
+            got = {c.name: c for c in chosen}
+            names = list(got)
             if not order.by_name:
-                order.check(columns.values())
+                order.check([c.row for c in shown])
                 found = None
                 if order.column == "findings":  # the counts known now (None until counted), as the rows show them
-                    found = {r["run"]: r.get("findings") for r in counted_rows(
-                        root, [rows[n] for n in chosen], {n: by_name[n] for n in chosen})}
-                chosen = order.apply(chosen, getter(order.column, columns, found))
-        page, token, total = self._listing(sid, chosen, offset, limit, listing)
-        page = [n for n in page if n in rows]  # a run deleted since its listing began: left out
-        out = counted_rows(root, [rows[n] for n in page], {n: by_name[n] for n in page})
-        running = [(r["run"], r["state"]) for r in rows.values()
-                   if r["state"] == "running" or by_name[r["run"]] is None]
+                    found = {c.name: _count(root, c) for c in chosen}
+                names = order.apply(names, getter(order.column, {c.name: c.row for c in chosen}, found))
+            page, token, total = self._listing(sid, names, offset, limit, "")
+            state = table.number
+            _COUNTER.forget(root, keep={c.name for c in table.listed})  # the counts of runs gone
         # an answer that depends on the clock (a query of age; an order by age never does)
         ticking = int(now) if query is not None and "age" in query.columns else None
-        asked = [query.text if query is not None else None, order.key(), keys, ticking, token]
-        tag = listing_tag(sid, offset, total, page, asked, running, counts)
-        if tag in unless:
-            return None, tag
-        end = min(offset + limit, total)
-        return {"runs": out, "total": total, "offset": offset, "next": end if end < total else None,
-                "listing": token}, tag
+        asked = [query.text if query is not None else None, order.key(), state, ticking, token]
+        return self._page(sid, root, offset, limit, total, page, got, token, asked, unless, counts)
 
-    def _runs_tagged(self, sid, offset, limit, match, unless, listing) -> tuple[dict | None, str]:
+    def _runs_by_name(self, sid, offset, limit, match, unless, listing) -> tuple[dict | None, str]:
+        """``runs_tagged`` in the listing's own order, by name: the runs'
+        names (``_table.names``), then only the page's runs made current
+        (``_table.current``): a poll asks its page's runs, not the store's."""
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
-        # before the rows: a count landing after it changes the next tag
-        counts = (_COUNTER.generation(root), self._damage.get(sid, 0))
+        counts = _COUNTER.generation(root)  # before the rows: a count landing after it changes the next tag
+        every = _names(root)
+        low = match.lower()
+        names = [n for n in every if low in n.lower()] if match else every
         if listing:  # a later page: the names its first page was cut from, those still holding a run
-            every, names, _, _ = self._page_of(sid, root, 0, 0, match)
             page, token, total = self._listing(sid, None, offset, limit, listing)
-            now = set(names)
-            page = [n for n in page if n in now]
-            keys = keys_of(root, page)
+            there = set(names)
+            page = [n for n in page if n in there]
         else:
-            every, names, page, keys = self._page_of(sid, root, offset, limit, match)
+            page = names[offset: offset + limit]
+        got = _current(root, page)
+        gone = {n for n in page if n not in got}
+        if gone:  # emptied by hand since it was known to hold a run: no longer listed, nor counted
+            page, every, names = ([n for n in x if n not in gone] for x in (page, every, names))
+        if not listing:
             _, token, total = self._listing(sid, names, offset, limit, "")
-        if unless:
-            running = self._unchanged(sid, root, page, keys)
-            if running is not None:
-                tag = listing_tag(sid, offset, total, page, [keys, token], running, counts)
-                if tag in unless:
-                    return None, tag
-        self._prune(sid, root, every)
-        rows = counted_rows(root, self._rows_of(sid, root, page, keys), dict(zip(page, keys)))
-        # what may change with no summary.json changed: a running run's state, a run with none
-        loose = {n for n, k in zip(page, keys) if k is None}
-        running = [(r["run"], r["state"]) for r in rows if r["state"] == "running" or r["run"] in loose]
-        tag = listing_tag(sid, offset, total, page, [keys, token], running, counts)
+        _COUNTER.forget(root, keep=set(every))  # the counts of runs gone
+        asked = [_said(got, page), token]
+        return self._page(sid, root, offset, limit, total, page, got, token, asked, unless, counts)
+
+    def _page(self, sid, root, offset, limit, total, page, got, token, asked, unless, counts
+              ) -> tuple[dict | None, str]:
+        """The answer of a page (``page``: its names, ``got``: their
+        ``Listed``) and its tag (``asked``: what the page was made of);
+        ``(None, tag)`` when the tag is one of ``unless``."""
+        tag = listing_tag(sid, offset, total, page, asked, counts)
+        if tag in unless:
+            return None, tag
+        rows = counted_rows(root, [_shown(root, got[n]) for n in page], {n: got[n].ident for n in page})
         end = min(offset + limit, total)
         return {"runs": rows, "total": total, "offset": offset, "next": end if end < total else None,
                 "listing": token}, tag
 
-    def _unchanged(self, sid, root, page, keys) -> list | None:
-        """The ``(run, "running")`` of the page's running runs, when every
-        row of the page is kept for its summary.json and each running run
-        still runs; None when the page must be built to know."""
-        with self._lock:
-            kept = self._rows.get(sid, {})
-            running = []
-            for n, k in zip(page, keys):
-                got = kept.get(n)
-                if k is None or got is None or got[0] != k:
-                    return None
-                if got[1]["state"] == "running":
-                    running.append((n, "running"))
-        for n, _ in running:
-            folder = os.path.join(root, "runs", n)
-            if not _runs.holder_alive(folder):  # this process's Recorders answer the probe too
-                return None
-        return running
-
-    def _page_of(self, sid, root, offset, limit, match):
-        """``_tags.page_of``, with the runs of ``sid`` known to hold a run kept between calls."""
-        with self._lock:
-            known = self._recorded.get(sid, frozenset())
-        every, names, page, keys, known = page_of(root, offset, limit, match, known)
-        with self._lock:
-            self._recorded[sid] = known
-        return every, names, page, keys
-
-    def _prune(self, sid, root, names) -> None:
-        """Drop what is kept of the runs of ``sid`` not in ``names`` (deleted,
-        by us or by anyone): their rows, their counts of findings."""
-        names = set(names)
-        with self._lock:
-            kept = self._rows.get(sid, {})
-            for n in kept.keys() - names:
-                del kept[n]
-        _COUNTER.forget(root, keep=names)
-
-    @contextlib.contextmanager
-    def _noting_damage(self, sid: str, run: str):
-        """A query that finds a run damaged (a log cut in place after the
-        listing read its summary: no summary.json changed, so no tag did)
-        drops the run's kept row and changes the store's listing tag: the
-        next poll lists the run again, and it reads damaged."""
-        try:
-            yield
-        except DamagedError:
-            with self._lock:
-                self._rows.get(sid, {}).pop(run, None)
-                self._damage[sid] = self._damage.get(sid, 0) + 1
-            raise
-
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        key = key_of(root, run)
-        rows = counted_rows(root, self._rows_of(sid, root, [run], [key]), {run: key})
-        if not rows:  # emptied since it was looked at
+        got = _current(root, [run]).get(run)
+        if got is None:  # emptied since it was looked at
             raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded")
-        return rows[0]
+        return counted_rows(root, [_shown(root, got)], {run: got.ident})[0]
 
     def findings(self, sid: str, run: str) -> dict:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed
         now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
         root, _ = self.run_folder(sid, run)
-        with self._noting_damage(sid, run):
-            found = _COUNTER.count_now(root, run, key_of(root, run))
+        got = _current(root, [run]).get(run)
+        found = _COUNTER.count_now(root, run, got.ident if got is not None else None)
         return {"run": run, "findings": [
             {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
-
-    def _rows_of(self, sid, root, names, keys) -> list[dict]:
-        keys = dict(zip(names, keys))
-        rows: dict[str, dict] = {}
-        missing = []
-        with self._lock:
-            kept = self._rows.get(sid, {})
-            for n in names:
-                cached = kept.get(n)
-                same = cached is not None and keys[n] is not None and cached[0] == keys[n]
-                if same and cached[1]["state"] != "running":  # a running run's state needs its lock asked
-                    rows[n] = cached[1]
-                else:
-                    missing.append(n)
-        if missing:
-            for s in _runs.summaries(root, names=missing):
-                row = _row(root, s)
-                rows[row["run"]] = row
-                # the run's columns as runs() names them, for a where= query
-                columns = _columns.row(s, _columns.QUERY_STATS)
-                with self._lock:
-                    self._rows.setdefault(sid, {})[row["run"]] = (keys.get(row["run"]), row, columns)
-        return [rows[n] for n in names if n in rows]
 
     # ---- one run ---------------------------------------------------------------
 
@@ -397,8 +327,7 @@ class Browser:
         from ..record import curve
 
         root, _ = self.run_folder(sid, run)
-        with self._noting_damage(sid, run):
-            series = curve(root, run, name)
+        series = curve(root, run, name)
         forward = series.index.to_numpy()
         step = steps_of(root, run, series)
         value = series.to_numpy()
@@ -447,8 +376,7 @@ class Browser:
         from ..record import nodes
 
         root, _ = self.run_folder(sid, run)
-        with self._noting_damage(sid, run):
-            frame = nodes(root, run)
+        frame = nodes(root, run)
         return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
                 for r in frame.to_dict("records")]
 
@@ -473,11 +401,11 @@ class Browser:
         from ..record import facts
 
         root, _ = self.run_folder(sid, run)
-        count = self.run(sid, run).get("forwards") or 0
+        listed = _current(root, [run]).get(run)  # a run damaged since its summary still counts its forwards
+        count = (listed.summary.get("forwards") if listed is not None else 0) or 0
         if not 0 <= forward < max(count, 1):
             raise Bad(f"forward={forward} is out of range: this run has {count} forwards (0..{count - 1})")
-        with self._noting_damage(sid, run):
-            got = facts(root, run, forward=forward) if count else []
+        got = facts(root, run, forward=forward) if count else []
         return {"run": run, "forward": forward, "forwards": count, "facts": got[:FACTS_PAGE],
                 "cut": len(got) > FACTS_PAGE, "next": forward + 1 if forward + 1 < count else None}
 
@@ -485,20 +413,84 @@ class Browser:
         """Remove a run's folder (``_delete.delete_run``) and forget it."""
         root, folder = self.run_folder(sid, run)
         delete_run(root, folder, run)
-        with self._lock:
-            self._rows.get(sid, {}).pop(run, None)
         _COUNTER.forget(root, runs={run})
 
 
-def _row(root: str, s: dict) -> dict:
-    """What the sidebar shows of one run: no checksums, no absolute path."""
-    name = s["run"]
-    row = {"run": name, "state": s["state"]}
-    if s["state"] == "damaged":
-        problems, _ = check_run(Path(root) / "runs" / name)
-        row["problem"] = public_text(s.get("problem", ""), root)
-        row["check"] = [public_text(p, root) for p in problems]
-        return row
+# ---- the store's table, as the listing asks it ------------------------------------------------
+
+
+def _names(root) -> list[str]:
+    """The runs a listing of the store shows, by name: ``_table.names``'
+    real folders (a run's name that is a link or a file is never listed);
+    none where the store's runs/ is itself a link or a file."""
+    try:
+        names, links = _table.names(root, QUERY_STATS)
+    except DamagedError:  # runs/ is no real folder: nothing is read through it
+        return []
+    return [n for n in names if n not in links] if links else names
+
+
+def _current(root, names) -> dict:
+    """``_table.current``: the ``Listed`` of each of ``names`` holding a run
+    in a real folder, made current."""
+    try:
+        got = _table.current(root, QUERY_STATS, names)
+    except DamagedError:
+        return {}
+    return {n: c for n, c in got.items() if c.folder}
+
+
+def _whole(root):
+    """``_table.table``: every run of the store, the table ``runs()`` asks."""
+    try:
+        return _table.table(root, QUERY_STATS)
+    except DamagedError:
+        return _table.Table([])
+
+
+def _holds_a_run(root, run) -> bool:
+    """Whether the folder ``runs/<run>`` of the store at ``root`` holds a run
+    (``_runs.recorded``), reached without following a link."""
+    try:
+        fd = files.open_dir(root, ("runs",))
+    except (OSError, files.Refused):
+        return False
+    try:
+        return _runs.recorded(run, at=fd)
+    finally:
+        os.close(fd)
+
+
+def _said(got, page) -> list:
+    """What a page's rows are made of: each run's summary.json's identity,
+    and its state and problem, which may change with no summary.json
+    changed (a running run's process gone, a log cut in place)."""
+    return [(got[n].ident, got[n].summary["state"], got[n].summary.get("problem")) for n in page]
+
+
+def _count(root, listed) -> int | None:
+    """The run's count of findings known now (None until counted; a damaged run has none)."""
+    if listed.summary["state"] == "damaged":
+        return None
+    return _COUNTER.known(root, listed.name, listed.ident)[0]
+
+
+def _shown(root: str, listed) -> dict:
+    """What the sidebar shows of one run (``Listed``): no checksums, no
+    absolute path. Made once for a run's summary (``Listed.made``); a
+    damaged run's says what ``somatize check`` finds there now."""
+    s = listed.summary
+    if s["state"] != "damaged":
+        return listed.made(_row)
+    problems, _ = check_run(Path(root) / "runs" / listed.name)
+    return {"run": listed.name, "state": "damaged", "problem": public_text(s.get("problem", ""), root),
+            "check": [public_text(p, root) for p in problems]}
+
+
+def _row(listed) -> dict:
+    """The sidebar's row of a run that is not damaged."""
+    s = listed.summary
+    row = {"run": listed.name, "state": s["state"]}
     facts = s.get("summarising") or {}
     row.update({
         "forwards": s.get("forwards"),

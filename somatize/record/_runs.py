@@ -39,8 +39,9 @@ SERIES = "series"
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
 LIVE_LOCK = fork_safe(threading.RLock())
-# a run folder -> (its summary.json's identity, that summary as parsed): a
-# listing parses a summary again only when a flush has renamed a new one in
+# a run folder -> (its summary.json's identity, that summary as parsed, or
+# why it did not read): a listing parses a summary again only when a flush
+# has renamed a new one in
 _PARSED: dict = {}
 _PARSED_LIMIT = 20_000  # summaries kept (about 3 KB each): 10,000 runs fit, the memory stays bounded
 _PARSED_LOCK = fork_safe(threading.Lock())
@@ -268,19 +269,32 @@ def _parsed(folder: str, at: int):
     of it): the summary parsed again only when its file is not the one
     parsed last (the summary handed out is a copy whose top-level keys the
     caller may set; nested dicts are shared and never changed). Raises as
-    ``load_summary``."""
+    ``load_summary``; a summary that did not read raises ``Broken`` again,
+    unread, while it is the same file."""
     ident = identity(SUMMARY, at)
     got = _PARSED.get(folder)
     if ident is not None and got is not None and got[0] == ident:
+        if isinstance(got[1], str):
+            raise Broken(got[1])
         return ident, dict(got[1])
-    summary = load_summary(folder, at=at)
+    try:
+        summary = load_summary(folder, at=at)
+    except Broken as e:
+        if ident is not None:
+            _parsed_is(folder, ident, str(e))
+        raise
     if summary is None or ident is None:
         return None, summary
+    _parsed_is(folder, ident, summary)
+    return ident, dict(summary)
+
+
+def _parsed_is(folder, ident, summary) -> None:
+    """What ``_parsed`` keeps of ``folder``: its summary, or why it did not read."""
     with _PARSED_LOCK:
         if len(_PARSED) >= _PARSED_LIMIT:
             _PARSED.clear()
         _PARSED[folder] = (ident, summary)
-    return ident, dict(summary)
 
 
 def summaries(store, names=None, identities=None) -> list[dict]:
@@ -290,8 +304,9 @@ def summaries(store, names=None, identities=None) -> list[dict]:
     "damaged" and a "problem" saying why. ``names``: only those runs (names
     a caller found in ``_store.names.run_names``), so a page of a long listing reads only
     its own summaries. ``identities``: a list to which the identity of each
-    listed run's summary.json is appended (None for a run answered from
-    memory or damaged), for a caller that keeps what it made of a run."""
+    listed run's summary.json is appended (``_row``'s: None for a run
+    answered from memory, or damaged by what is not its summary), for a
+    caller that keeps what it made of a run."""
     root = store_root(store)
     if names is None:
         runs_dir(root)  # a runs/ that is a link or a file is damage, said so
@@ -324,8 +339,10 @@ def summaries(store, names=None, identities=None) -> list[dict]:
 
 def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
     """The listing's row of one run (None for a folder that is no run yet)
-    and the identity of the summary.json it was read from (None for a row
-    that is not a summary's: damaged, or a live Recorder's)."""
+    and the identity of the summary.json the row is all of: read, or found
+    not to read (None for a row that is not one file's: a live Recorder's,
+    a run whose log is cut short of what its summary counts, one whose
+    folder or summary.json is not there to read)."""
     try:
         run_fd = files.open_below(runs_fd, name)
     except FileNotFoundError:
@@ -344,7 +361,7 @@ def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
             ident, summary = _parsed(folder, run_fd)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
-            return {"run": name, "state": "damaged", "problem": why}, None
+            return {"run": name, "state": "damaged", "problem": why}, identity(SUMMARY, run_fd)
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
                 return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}, None
@@ -354,7 +371,8 @@ def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
-        elif summary["state"] == "running" and not holder_alive(folder, at=run_fd):
+            return summary, None  # what the log holds says so, not the summary alone
+        if summary["state"] == "running" and not holder_alive(folder, at=run_fd):
             summary["state"], summary["cause"] = "interrupted", LOST
         return summary, ident
     finally:
