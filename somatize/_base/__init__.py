@@ -4,7 +4,8 @@ Owns ``Opaque``/``Data`` (``values``), the codec registry (``codecs``), the
 exception family (``errors``), the locks a forked child can take
 (``forks``), a bounded "did you mean" (``near``), the panels found by name
 (``panels``), durable files (``files``: written whole or not at all, read
-without following a link, synced in one round) and the lock held by one
-open file (``locks``: a run's). Imports numpy (``files`` lazily) and
-nothing else of somatize.
+without following a link, synced in one round), the lock held by one open
+file (``locks``: a run's), and the storage seam every byte of a store goes
+through (``backend``: ``LocalBackend``, over ``files`` and ``locks``).
+Imports numpy (``files`` lazily) and nothing else of somatize.
 """

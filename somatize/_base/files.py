@@ -366,11 +366,13 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 class Refused(Exception):
     """A path under a store that is not what the store puts there (a link, a
     FIFO, a device, a folder where a file belongs, a file too large); the
-    message says what it is. The caller names the path and the fix."""
+    message says what it is, ``where`` (set by the backend) which path it is.
+    The caller names the path and the fix."""
 
     def __init__(self, kind, belongs=None, part=None):
         self.kind = kind  # "a link", "a FIFO", "a file", "a folder", …
-        self.part = part  # the folder on the way that is not one (open_dir), or None
+        self.part = part  # the folder on the way that is not one (open_dir, ensure_dirs), or None
+        self.where = None  # the path refused, once the backend knows it
         super().__init__(kind if belongs is None else f"{kind}, where a {belongs} belongs")
 
 
@@ -552,12 +554,17 @@ def entries(root, parts):
     "file" (regular), "dir" or what else it is; nothing is followed."""
     fd = open_dir(root, parts)
     try:
-        with os.scandir(fd) as it:
-            return [(e.name, "file" if e.is_file(follow_symlinks=False) else
-                     "dir" if e.is_dir(follow_symlinks=False) else
-                     _kind(e.stat(follow_symlinks=False).st_mode)) for e in it]
+        return entries_in(fd)
     finally:
         os.close(fd)
+
+
+def entries_in(fd):
+    """``entries`` of the folder open as ``fd`` (left open)."""
+    with os.scandir(fd) as it:
+        return [(e.name, "file" if e.is_file(follow_symlinks=False) else
+                 "dir" if e.is_dir(follow_symlinks=False) else
+                 _kind(e.stat(follow_symlinks=False).st_mode)) for e in it]
 
 
 def walk_files(root, parts):
@@ -582,17 +589,17 @@ def walk_files(root, parts):
 
 def ensure_dirs(root, parts):
     """Create the folders ``root/parts…`` that are missing, following no
-    link; the folders whose entries changed (to flush). Raises ``Refused``
-    where a part is a link or a FIFO or a device, ``FileInTheWay`` where it
-    is a regular file."""
+    link; the folders whose entries changed (to flush), each as its parts
+    below ``root`` (``()``: the root). Raises ``Refused`` where a part is a
+    link or a FIFO or a device, ``FileInTheWay`` where it is a regular file."""
     made = set()
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     here = Path(root)
     try:
-        for part in parts:
+        for at, part in enumerate(parts):
             try:
                 os.mkdir(part, dir_fd=fd)
-                made.add(here)
+                made.add(tuple(parts[:at]))
             except FileExistsError:
                 pass  # there already (what it is, the open says), or made by another writer
             try:
@@ -603,7 +610,7 @@ def ensure_dirs(root, parts):
                 mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
                 if stat.S_ISREG(mode):
                     raise FileInTheWay(str(here / part)) from None
-                raise Refused(_kind(mode), "folder") from None
+                raise Refused(_kind(mode), "folder", os.path.join(*parts[: at + 1])) from None
             os.close(fd)
             fd, here = below, here / part
     finally:

@@ -352,7 +352,7 @@ class Store:
             ) from None
         self._folder(("tmp",))  # still a folder of this store, not a link out
         try:
-            _files.write_file(self._tmp, path, digest.encode(), sync_dirs=made)
+            _files.write_file(self._tmp, path, digest.encode(), sync_dirs={self.path.joinpath(*d) for d in made})
         except IsADirectoryError:
             raise SomatizeValueError(
                 f"cannot keep the name {name!r}: it is a folder of names ({name}/…). Pick another "

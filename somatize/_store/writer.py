@@ -127,7 +127,7 @@ class Writer:
 
     def _rename(self, tmp, path, made, sync_dir):
         _files.replace(tmp, path)
-        dirs = {path.parent, *made}
+        dirs = {path.parent, *(self.root.joinpath(*d) for d in made)}
         if sync_dir:
             for d in dirs:
                 _files.sync_dir(d)

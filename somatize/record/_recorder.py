@@ -157,7 +157,7 @@ class Recorder:
                                    "move it away or record into another run") from None
             # A name of our own is claimed by making its folder: of processes
             # drawing the same one, only one makes it; the others draw again.
-            if named or (made is not None and root / "runs" in made):
+            if named or (made is not None and ("runs",) in made):
                 break
         self.run = run
         self.root = root  # the store's folder
@@ -179,7 +179,7 @@ class Recorder:
         # commit, nothing of the run was promised to survive a power cut, and
         # Recorder() does not wait on three fsyncs one after the other.
         # "" (the run's folder) and SERIES stand for the folders held open (_dirs).
-        self._new_in: set = {"" if p == folder else p for p in made or ()}
+        self._new_in: set = {"" if p == ("runs", run) else root.joinpath(*p) for p in made or ()}
         self._lock_fd = None
         self._unsynced = None  # fd of a new run's first summary, synced with its first commit (_open)
         self._holders = Holders()  # producers that hold facts back (held_by)
