@@ -918,7 +918,7 @@ def test_direct_io_is_a_switch_and_both_ways_write_the_same_object(tmp_path):
     buffered = Store(tmp_path / "buffered", direct_io=False)
     assert direct.keep("big", a) == buffered.keep("big", a)
     assert np.array_equal(buffered.recall("big"), a) and buffered.check() == []
-    code = "import sys; from somatize import Store; print(Store(sys.argv[1])._writer.direct_io)"
+    code = "import sys; from somatize import Store; print(Store(sys.argv[1]).backend.direct_io)"
     for env, want in (("0", "False"), ("1", "True")):
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "env")], capture_output=True,
                              text=True, check=True, env={**os.environ, "SOMATIZE_DIRECT_IO": env}).stdout

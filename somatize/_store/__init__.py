@@ -3,7 +3,8 @@ that point at them (``store``), how objects are written (``writer``), the
 bytes of one object (``objects``), the rules for names and where a store is
 (``names``), and the fsck (``check``).
 
-Imports ``_base`` only (its durable files, ``_base.files``, write and read
-every file). Knows nothing of graphs, runs or facts: the record owns
-``runs/`` inside a store and reaches it through ``_base.files`` and ``names``.
+Imports ``_base`` only: every byte is read and written through its storage
+seam (``_base.backend``; ``Store.backend``). Knows nothing of graphs, runs
+or facts: the record owns ``runs/`` inside a store and reaches it through
+the same seam and ``names``.
 """

@@ -5,7 +5,7 @@ raises. Each problem is one line that names the file and says what to do
 about it; whatever is on disk (links, FIFOs, devices, folders where files
 belong, a file where a folder belongs) becomes such a line, never a traceback
 or a wait. Nothing is followed out of the store and only regular files are
-read (``files.py``). Files in ``tmp/`` are ignored: they are writes a crash
+read (through the store's backend). Files in ``tmp/`` are ignored: they are writes a crash
 interrupted, never visible under a name.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from .._base.errors import SomatizeError
-from .._base.files import Refused, entries, read_regular
+from .._base.files import Refused
 from .names import DIGEST, MARKER, name_problem
 from .objects import TREE, Damaged, check_head, digest_in, parse, references
 
@@ -28,7 +28,7 @@ def check(store):
     problems = []
     root = store.path
     try:
-        top = dict(entries(root, ()))
+        top = dict(store.backend.list(()))
     except (OSError, Refused) as e:
         return [f"{root}: cannot be listed ({_text(e)}); pass the folder of a store"]
     if top.get(MARKER, "file") != "file":
@@ -54,7 +54,7 @@ def _check_objects(store):
     manifests = {}  # digest -> the leaves it references
     objects = store.path / "objects"
     try:
-        subs = sorted(entries(store.path, ("objects",)))
+        subs = sorted(store.backend.list(("objects",)))
     except (OSError, Refused) as e:
         return [f"{objects}: cannot be listed ({_text(e)}); fix its permissions"]
     for sub, kind in subs:
@@ -63,7 +63,7 @@ def _check_objects(store):
                             f"this is {kind}); remove it")
             continue
         try:
-            listed = sorted(entries(store.path, ("objects", sub)))
+            listed = sorted(store.backend.list(("objects", sub)))
         except (OSError, Refused) as e:
             problems.append(f"{objects / sub}: cannot be listed ({_text(e)}); remove it or fix its permissions")
             continue
@@ -83,7 +83,7 @@ def _check_object(store, prefix, name, kind, manifests):
         return [f"{path}: not an object (an object is a file named by 62 hex digits; this is {kind}); remove it"]
     digest = f"sha256:{prefix}{name}"
     try:
-        buf = read_regular(store.path, ("objects", prefix, name), head=check_head)
+        buf = store.backend.read(("objects", prefix, name), head=check_head)
         actual = digest_in(buf)
     except Damaged as e:
         return [f"{path}: damaged: {e}; delete it and keep the value again"]
@@ -139,7 +139,7 @@ def _strays(store, parts):
     while stack:
         here = stack.pop()
         try:
-            listed = entries(store.path, here)
+            listed = store.backend.list(here)
         except (OSError, Refused) as e:
             problems.append(f"{store.path.joinpath(*here)}: cannot be listed ({_text(e)}); remove it")
             continue
@@ -156,9 +156,9 @@ def count_objects(store):
     """How many files ``objects/`` holds (for a report), without reading them."""
     total = 0
     try:
-        for sub, kind in entries(store.path, ("objects",)):
+        for sub, kind in store.backend.list(("objects",)):
             if kind == "dir":
-                total += len(entries(store.path, ("objects", sub)))
+                total += len(store.backend.list(("objects", sub)))
     except (OSError, Refused):
         pass  # check() reports why
     return total

@@ -17,7 +17,9 @@ import sys
 import unicodedata
 from pathlib import Path
 
+from .._base.backend import LocalBackend
 from .._base.errors import SomatizeTypeError, SomatizeValueError
+from .._base.files import Refused
 
 MARKER = "SOMATIZE"  # the file that makes a folder a store: {"format": 2}
 MAX_NAME = 1024  # bytes of UTF-8 in a whole name; each part at most 255
@@ -35,25 +37,17 @@ def is_run_name(name) -> bool:
 
 
 def run_names(root, links_too=False):
-    """The runs recorded in the store at ``root``, sorted: the folders under
-    ``runs/`` with a run's name (``is_run_name``). ``runs/`` is not followed
-    if it is a link (none then), nor is any run; ``links_too``: also what
-    else has a run's name there (a link, a file), which the record lists as
-    damaged."""
+    """The runs recorded in a store, sorted: the folders under ``runs/`` with
+    a run's name (``is_run_name``). ``root``: the store's folder, or its
+    backend. ``runs/`` is not followed if it is a link (none then), nor is
+    any run; ``links_too``: also what else has a run's name there (a link, a
+    file), which the record lists as damaged."""
+    fs = LocalBackend(root) if isinstance(root, (str, os.PathLike)) else root
     try:
-        fd = os.open(os.path.join(root, "runs"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:  # none, or not a folder of this store
+        listed = fs.list(("runs",))
+    except (OSError, Refused):  # none, or not a folder of this store
         return []
-    try:
-        return run_names_in(fd, links_too)
-    finally:
-        os.close(fd)
-
-
-def run_names_in(fd, links_too=False):
-    """``run_names`` of the ``runs/`` folder open as ``fd`` (left open)."""
-    with os.scandir(fd) as it:
-        return sorted(e.name for e in it if (links_too or e.is_dir(follow_symlinks=False)) and is_run_name(e.name))
+    return sorted(name for name, kind in listed if (links_too or kind == "dir") and is_run_name(name))
 
 
 def name_problem(name):

@@ -4,10 +4,12 @@ that point at them.
 The rule kept here: nothing is ever half written. Every file is written to
 ``tmp/``, flushed to disk, then renamed into place, and the folder that holds
 it is flushed before anything points at it: an object before the manifest that
-references it, a manifest before the name (``writer.py``, ``files.py``). A crash
+references it, a manifest before the name (``writer.py``). Every byte is read
+and written through the store's backend (``_base/backend.py``: create-if-absent
+for objects, an atomic replace for names and the marker). A crash
 at any moment leaves whatever was visible before, plus at most some files in
 ``tmp/`` (harmless: ``check`` ignores them and opening a store sweeps those
-over an hour old, and any folder a failed delete left: ``files.trash_name``).
+over an hour old, and any folder a failed delete left: ``_base.files.trash_name``).
 Several processes may keep into one store at once: objects are named by
 their content, so two writers of one object rename identical bytes onto one
 name.
@@ -52,7 +54,7 @@ by default; ``recall(name, repeated_limit=...)`` raises it).
 
 Hostile by default: below the root nothing is followed (no link, out or in),
 only regular files are read, each of a size its format allows, and a FIFO
-never blocks (``files.py``); what is not what the store writes raises
+never blocks (the backend's promises); what is not what the store writes raises
 ``DamagedError`` naming the path, and ``check`` lists it. Decoding errors are
 told apart: a built-in codec's refusal is damage, a user codec's exception is
 a ``CodecError`` naming that codec (the bytes passed their checksum).
@@ -73,13 +75,12 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import stat
 import time
 from pathlib import Path
 
 import orjson
 
-from .._base import files as _files
+from .._base.backend import LocalBackend
 from .._base.codecs import codec_named
 from .._base.errors import (
     CodecError,
@@ -138,7 +139,9 @@ class Store:
         self.readonly = bool(readonly)
         self._tmp = self.path / "tmp"
         self._names = self.path / "names"
-        self._writer = Writer(self.path, direct_io_default() if direct_io is None else bool(direct_io))
+        # every byte of the store is read and written through it
+        self.backend = LocalBackend(self.path, direct_io_default() if direct_io is None else bool(direct_io))
+        self._writer = Writer(self.backend)
         if self.readonly:
             self._open_to_read()
             return
@@ -176,10 +179,11 @@ class Store:
                 f"Store({str(root)!r}) cannot be created: {str(blocker)!r} is a file, not a "
                 "folder. Pass a path whose parents are folders."
             ) from None
-        has_marker = os.path.lexists(root / MARKER)
+        has_marker = self._has_marker()
         if not has_marker:
             # hidden files (.ipynb_checkpoints, .DS_Store) do not make a folder someone's
-            strangers = sorted(n for n in set(os.listdir(root)) - _OWN if not n.startswith("."))
+            listed = {name for name, _ in self.backend.list(())}
+            strangers = sorted(n for n in listed - _OWN if not n.startswith("."))
             if strangers:
                 raise SomatizeValueError(
                     f"Store({str(root)!r}): that folder already holds files of its own "
@@ -191,9 +195,9 @@ class Store:
         try:
             for d in ("tmp", "objects", "names"):
                 self._folder((d,))
-            probe = self._tmp / f"probe-{os.getpid()}-{secrets.token_hex(4)}"
-            probe.write_bytes(b"")
-            probe.unlink()
+            probe = ("tmp", f"probe-{os.getpid()}-{secrets.token_hex(4)}")
+            self.backend.close(self.backend.open_append(probe)[0])
+            self.backend.remove(probe)
         except PermissionError:
             raise StoreNotWritable(
                 f"Store({str(root)!r}) is not writable (could not create a file in "
@@ -204,13 +208,13 @@ class Store:
             # a store of format 1 is about to hold objects an older somatize
             # cannot read: say so in the marker, so that it refuses the store
             # ("upgrade somatize") instead of calling those objects damaged
-            _files.write_file(self._tmp, root / MARKER, orjson.dumps({"format": FORMAT}))
-        _files.sweep(root, ("tmp",), time.time() - _STALE_TMP_S)
+            self.backend.replace((MARKER,), orjson.dumps({"format": FORMAT}))
+        self.backend.sweep(time.time() - _STALE_TMP_S)
 
     def _folder(self, parts):
         """Make ``root/parts…`` (folders), following no link; the folders changed."""
         try:
-            return _files.ensure_dirs(self.path, parts)
+            return self.backend.make(parts)
         except Refused as e:
             where = self.path.joinpath(*parts)
             raise DamagedError(
@@ -219,8 +223,17 @@ class Store:
                 f"{str(self.path)!r} (the store makes it again)."
             ) from None
 
+    def _has_marker(self):
+        """Whether anything is there by the marker's name (what it is, reading it says)."""
+        try:
+            return self.backend.size((MARKER,)) is not None
+        except Refused:
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def _open_to_read(self):
-        if not os.path.lexists(self.path / MARKER):
+        if not self._has_marker():
             what = "no such folder" if not self.path.exists() else f"no {MARKER} marker in it"
             raise SomatizeValueError(
                 f"Store({str(self.path)!r}, readonly=True): not a store ({what}). A read-only "
@@ -232,7 +245,7 @@ class Store:
     def _read_marker(self):
         marker = self.path / MARKER
         try:
-            fmt = orjson.loads(_files.read_regular(self.path, (MARKER,), _SMALL_FILE).tobytes())["format"]
+            fmt = orjson.loads(self.backend.read((MARKER,), _SMALL_FILE).tobytes())["format"]
         except (Refused, OSError, orjson.JSONDecodeError, KeyError, TypeError, IndexError) as e:
             why = f" (it is {e})" if isinstance(e, Refused) else ""
             raise DamagedError(
@@ -273,7 +286,7 @@ class Store:
     def _read_ref(self, name):
         path = self._names.joinpath(*name.split("/"))
         try:
-            raw = _files.read_regular(self.path, ("names", *name.split("/")), _SMALL_FILE)
+            raw = self.backend.read(("names", *name.split("/")), _SMALL_FILE)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except Refused as e:
@@ -305,13 +318,13 @@ class Store:
                 f'Write store.names("a-run/") or store.names()'
             )
         prefix = normal(prefix)
-        found = ("/".join(parts) for parts in _files.walk_files(self.path, ("names",)))
+        found = ("/".join(parts) for parts in self.backend.walk(("names",)))
         return sorted(n for n in found if n.startswith(prefix))
 
     def runs(self):
         """The names of the runs recorded here, sorted; their summaries and
         states are in ``somatize.record.runs(store)``."""
-        return run_names(self.path)
+        return run_names(self.backend)
 
     def link(self, name, digest):
         """Point ``name`` at an object already in the store."""
@@ -332,8 +345,9 @@ class Store:
 
     def _write_ref(self, name, path, digest):
         parts = name.split("/")
+        self._folder(("tmp",))  # still a folder of this store, not a link out
         try:
-            made = _files.ensure_dirs(self.path, ("names", *parts[:-1]))
+            self.backend.replace(("names", *parts), digest.encode())
         except FileInTheWay as e:
             taken = name_of(e.filename or path.parent, self._names)
             if taken.startswith("."):  # names/ itself is a file
@@ -350,9 +364,6 @@ class Store:
                 f"cannot keep the name {name!r}: a folder on its way under {str(self._names)!r} "
                 f"is {e}. Remove it from the store (the store never writes through a link)."
             ) from None
-        self._folder(("tmp",))  # still a folder of this store, not a link out
-        try:
-            _files.write_file(self._tmp, path, digest.encode(), sync_dirs={self.path.joinpath(*d) for d in made})
         except IsADirectoryError:
             raise SomatizeValueError(
                 f"cannot keep the name {name!r}: it is a folder of names ({name}/…). Pick another "
@@ -476,9 +487,11 @@ class Store:
             if n == 1 or not DIGEST.fullmatch(leaf):
                 continue  # a leaf referenced once adds only the bytes present
             try:
-                size = _files.lstat_in(self.path, ("objects", leaf[7:9], leaf[9:])).st_size
+                size = self.backend.size(("objects", leaf[7:9], leaf[9:]))
             except (OSError, Refused):
-                continue  # missing, or not a file: reading it says what is wrong
+                continue  # not a file: reading it says what is wrong
+            if size is None:
+                continue  # missing: reading it says so
             repeated += (n - 1) * size
             present, refs, leaves = present + size, refs + n, leaves + 1
         if repeated > limit:
@@ -536,7 +549,7 @@ class Store:
 
     def _read(self, digest, name, part_of=None):
         try:
-            buf = _files.read_regular(self.path, ("objects", digest[7:9], digest[9:]), head=check_head)
+            buf = self.backend.read(("objects", digest[7:9], digest[9:]), head=check_head)
         except Damaged as e:
             raise DamagedError(f"{self._what(digest, name, part_of)} is damaged: {e}. {_FIX}") from None
         except (FileNotFoundError, NotADirectoryError):
@@ -570,12 +583,14 @@ class Store:
         return self._writer.path_of(digest)
 
     def _has_object(self, digest, lstat_only=False):
-        """An object file is there (a regular file, reached without a link)."""
+        """An object file is there (a regular file, reached without a link;
+        ``lstat_only``: anything by its name, which reading it then names)."""
         try:
-            st = _files.lstat_in(self.path, ("objects", digest[7:9], digest[9:]))
-        except (OSError, Refused):
+            return self.backend.size(("objects", digest[7:9], digest[9:])) is not None
+        except Refused as e:
+            return lstat_only and e.part is None  # no folder on the way is one: no such object
+        except OSError:
             return False
-        return lstat_only or stat.S_ISREG(st.st_mode)
 
     # ---- checking --------------------------------------------------------------
 
