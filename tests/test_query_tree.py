@@ -312,6 +312,37 @@ def test_the_run_browser_lists_from_the_table_runs_asks(tmp_path, monkeypatch):
     assert runs(store).set_index("run").loc["r1", "loss.last"] == 0.01 and read == ["r1"]  # read once, by the page
 
 
+def test_the_run_browser_holds_the_tables_of_every_store_it_shows(tmp_path, monkeypatch):
+    """The sidebar lists every store at each poll: more stores than the
+    record keeps tables of (``_table.KEPT_STORES``) are each listed again
+    from their table, not read again."""
+    monkeypatch.setattr(_table, "_RECENT", 0.0)
+    stores = [f"s{k}" for k in range(_table.KEPT_STORES + 2)]
+    for k, name in enumerate(stores):
+        for i in range(3):
+            with Recorder(Store(tmp_path / name), run=f"r{i}", config={"k": k}) as r:
+                r.forward_began()
+                r({"fact": "loss", "value": float(i)})
+    time.sleep(0.05)
+    read = []
+    real = _runs._row
+    monkeypatch.setattr(_runs, "_row", lambda name, *a: read.append(name) or real(name, *a))
+    browser = Browser(tmp_path)
+    assert [s["runs"] for s in browser.stores()] == [3] * len(stores)
+
+    def poll():
+        for name in stores:
+            assert [r["run"] for r in browser.runs(store_id(name))["runs"]] == ["r0", "r1", "r2"]
+            assert [r["run"] for r in browser.runs(store_id(name), where="loss.last > 0")["runs"]] == ["r1", "r2"]
+
+    poll()
+    assert len(read) == 3 * len(stores)  # each run read once
+    del read[:]
+    poll()
+    browser.stores()
+    assert read == []
+
+
 # ---- no layer above the record reaches into the engine ----------------------------------------------
 
 ENGINE = {"_where", "_tree", "_arrays", "_table"}  # the query engine's modules in somatize/record

@@ -85,6 +85,8 @@ class Browser:
         self.root = os.path.realpath(os.fspath(root))
         self.walk = Walk(self.root, clock)  # the stores, walked again at most every walk.gap() s
         self._stores: dict[str, str] = {}
+        # store folder -> its table (record/_table), held while the store is shown: every poll lists every store
+        self._tables: dict[str, _table.Table] = {}
         # (store id, listing token) -> the names of a listing of several pages, in its order (_listing)
         self._listings: collections.OrderedDict[tuple[str, str], tuple[str, ...]] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -99,7 +101,7 @@ class Browser:
             folder = self._folder(rel)
             if os.path.realpath(folder) != folder or not is_store(folder):  # gone since the walk
                 continue
-            out.append({"id": sid, "path": rel, "runs": len(_names(folder))})
+            out.append({"id": sid, "path": rel, "runs": len(self._names(folder))})
         return out
 
     def _folder(self, rel: str) -> str:
@@ -107,13 +109,17 @@ class Browser:
 
     def _current(self) -> dict[str, str]:
         """The stores there are (``Walk.stores``); when a new walk landed,
-        the counts of findings of a store no longer found are dropped."""
+        what was held of a store no longer found (its table, its counts of
+        findings) is dropped."""
         found = self.walk.stores()
         with self._lock:
             if found is self._stores:
                 return found
             self._stores = found
-        _COUNTER.forget_stores(self.root, {self._folder(rel) for rel in found.values()})
+            folders = {self._folder(rel) for rel in found.values()}
+            for folder in self._tables.keys() - folders:
+                del self._tables[folder]
+        _COUNTER.forget_stores(self.root, folders)
         return found
 
     def store(self, sid: str) -> str:
@@ -233,11 +239,11 @@ class Browser:
         now = time.time()
         if listing:  # a later page: the order its first page was cut from, the rows read now
             page, token, total = self._listing(sid, None, offset, limit, listing)
-            got = _current(root, page)
+            got = self._listed(root, page)
             page = [n for n in page if n in got]  # a run deleted since its listing began: left out
             state = _said(got, page)
         else:
-            table = _whole(root)
+            table = self._whole(root)
             low = match.lower()
             held = query.mask(table.columns(), now).tolist() if query is not None else [True] * len(table.listed)
             shown, chosen = [], []  # what a listing shows (real folders, the name matching); what the query holds for
@@ -269,7 +275,7 @@ class Browser:
         root = self.store(sid)
         limit = max(0, min(limit, PAGE))
         counts = _COUNTER.generation(root)  # before the rows: a count landing after it changes the next tag
-        every = _names(root)
+        every = self._names(root)
         low = match.lower()
         names = [n for n in every if low in n.lower()] if match else every
         if listing:  # a later page: the names its first page was cut from, those still holding a run
@@ -278,7 +284,7 @@ class Browser:
             page = [n for n in page if n in there]
         else:
             page = names[offset: offset + limit]
-        got = _current(root, page)
+        got = self._listed(root, page)
         gone = {n for n in page if n not in got}
         if gone:  # emptied by hand since it was known to hold a run: no longer listed, nor counted
             page, every, names = ([n for n in x if n not in gone] for x in (page, every, names))
@@ -301,9 +307,42 @@ class Browser:
         return {"runs": rows, "total": total, "offset": offset, "next": end if end < total else None,
                 "listing": token}, tag
 
+    # ---- the store's table, as the listing asks it ----------------------------------------------
+
+    def _names(self, root) -> list[str]:
+        """The runs a listing of the store shows, by name: ``_table.names``'
+        real folders (a run's name that is a link or a file is never listed);
+        none where the store's runs/ is itself a link or a file."""
+        try:
+            names, links = _table.names(root, QUERY_STATS, held=self._tables.get(root))
+        except DamagedError:  # runs/ is no real folder: nothing is read through it
+            return []
+        held = _table.kept_table(root, QUERY_STATS)
+        if held is not None:
+            self._tables[root] = held
+        return [n for n in names if n not in links] if links else names
+
+    def _listed(self, root, names) -> dict:
+        """``_table.current``: the ``Listed`` of each of ``names`` holding a
+        run in a real folder, made current."""
+        try:
+            got = _table.current(root, QUERY_STATS, names, held=self._tables.get(root))
+        except DamagedError:
+            return {}
+        return {n: c for n, c in got.items() if c.folder}
+
+    def _whole(self, root):
+        """``_table.table``: every run of the store, the table ``runs()`` asks."""
+        try:
+            table = _table.table(root, QUERY_STATS, held=self._tables.get(root))
+        except DamagedError:
+            return _table.Table([])
+        self._tables[root] = table
+        return table
+
     def run(self, sid: str, run: str) -> dict:
         root, _ = self.run_folder(sid, run)
-        got = _current(root, [run]).get(run)
+        got = self._listed(root, [run]).get(run)
         if got is None:  # emptied since it was looked at
             raise NotFound(f"no run {run!r} in this store: its folder holds nothing recorded")
         return counted_rows(root, [_shown(root, got)], {run: got.ident})[0]
@@ -312,7 +351,7 @@ class Browser:
         """The run's findings (``somatize.diagnose``), worst first, diagnosed
         now: ``kind``, ``node``, ``first``/``last`` step and the sentence."""
         root, _ = self.run_folder(sid, run)
-        got = _current(root, [run]).get(run)
+        got = self._listed(root, [run]).get(run)
         found = _COUNTER.count_now(root, run, got.ident if got is not None else None)
         return {"run": run, "findings": [
             {"kind": f.kind, "node": f.node, "first": f.first, "last": f.last, "text": str(f)} for f in found]}
@@ -401,7 +440,7 @@ class Browser:
         from ..record import facts
 
         root, _ = self.run_folder(sid, run)
-        listed = _current(root, [run]).get(run)  # a run damaged since its summary still counts its forwards
+        listed = self._listed(root, [run]).get(run)  # a run damaged since its summary still counts its forwards
         count = (listed.summary.get("forwards") if listed is not None else 0) or 0
         if not 0 <= forward < max(count, 1):
             raise Bad(f"forward={forward} is out of range: this run has {count} forwards (0..{count - 1})")
@@ -414,38 +453,6 @@ class Browser:
         root, folder = self.run_folder(sid, run)
         delete_run(root, folder, run)
         _COUNTER.forget(root, runs={run})
-
-
-# ---- the store's table, as the listing asks it ------------------------------------------------
-
-
-def _names(root) -> list[str]:
-    """The runs a listing of the store shows, by name: ``_table.names``'
-    real folders (a run's name that is a link or a file is never listed);
-    none where the store's runs/ is itself a link or a file."""
-    try:
-        names, links = _table.names(root, QUERY_STATS)
-    except DamagedError:  # runs/ is no real folder: nothing is read through it
-        return []
-    return [n for n in names if n not in links] if links else names
-
-
-def _current(root, names) -> dict:
-    """``_table.current``: the ``Listed`` of each of ``names`` holding a run
-    in a real folder, made current."""
-    try:
-        got = _table.current(root, QUERY_STATS, names)
-    except DamagedError:
-        return {}
-    return {n: c for n, c in got.items() if c.folder}
-
-
-def _whole(root):
-    """``_table.table``: every run of the store, the table ``runs()`` asks."""
-    try:
-        return _table.table(root, QUERY_STATS)
-    except DamagedError:
-        return _table.Table([])
 
 
 def _holds_a_run(root, run) -> bool:

@@ -119,6 +119,9 @@ def existing_folder(root: Path, run) -> Path:
     )
 
 
+_RECORDED = ("/" + SUMMARY, "/" + LOG)  # below a run's folder (a listing asks every run: no path joined)
+
+
 def recorded(folder, at: int | None = None) -> bool:
     """Whether a folder of ``runs/`` holds a run: a summary.json that is not
     empty or a facts.log, of whatever kind (what is no file lists as
@@ -126,14 +129,14 @@ def recorded(folder, at: int | None = None) -> bool:
     ``load_summary``) is one being made, or no run: the listing (``summaries``)
     leaves it out, and nothing counts it. ``at``: a descriptor of ``runs/``,
     ``folder`` then the run's name; nothing is followed."""
-    for name in (SUMMARY, LOG):
+    for name in _RECORDED:
         try:
-            st = os.stat(os.path.join(folder, name), dir_fd=at, follow_symlinks=False)
+            st = os.stat(f"{folder}{name}", dir_fd=at, follow_symlinks=False)
         except FileNotFoundError:
             continue
         except OSError:  # not ours to look into: it lists, as damaged
             return True
-        if name == SUMMARY and st.st_size == 0 and stat.S_ISREG(st.st_mode):
+        if name == _RECORDED[0] and st.st_size == 0 and stat.S_ISREG(st.st_mode):
             continue  # a new run's first summary, emptied by a power cut: a run only if facts.log is there
         return True
     return False

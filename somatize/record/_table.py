@@ -36,7 +36,10 @@ again, ``runs/`` listed again), as git does with its index.
 
 Bounds: what is kept of at most ``KEPT_RUNS`` runs in all, of at most
 ``KEPT_STORES`` stores (the last asked); a store with more runs is read
-each time as ``_runs`` reads it.
+each time as ``_runs`` reads it. A caller that lists many stores again and
+again (the run browser, every store it shows at each poll) holds their
+tables itself (``kept_table``) and hands each back (``held=``) where these
+bounds let it go.
 """
 
 from __future__ import annotations
@@ -242,16 +245,34 @@ def _asked(key, before: Table) -> None:
         _TABLES[key] = _TABLES.pop(key)
 
 
-def table(store, stats) -> Table:
+def _before(key, held) -> Table | None:
+    """The table kept for ``key``; else ``held`` (a caller's, which the
+    bounds let go), kept again."""
+    with _LOCK:
+        before = _TABLES.get(key)
+    if before is None and held is not None:
+        _keep(key, held)
+        return held
+    return before
+
+
+def kept_table(store, stats) -> Table | None:
+    """The table kept of the store (the last made, or the one pages have
+    read into), for a caller to hold and hand back as ``held=``."""
+    with _LOCK:
+        return _TABLES.get((str(store_root(store)), stats))
+
+
+def table(store, stats, held: Table | None = None) -> Table:
     """The table of the store's runs, each with columns ``stats`` of each
     summarised fact (``_columns.row``), read as ``_runs.summaries`` reads
-    them; the one made last time when no run changed."""
+    them; the one made last time when no run changed. ``held``: a table of
+    the store the caller kept (``kept_table``), for when the bounds let it go."""
     root, runs_fd = _opened(store)
     if runs_fd is None:
         return Table([])
     key = (root, stats)
-    with _LOCK:
-        before = _TABLES.get(key)
+    before = _before(key, held)
     old = before.listed if before is not None and before.whole else None
     same = old is not None
     live = _live(root)
@@ -282,17 +303,16 @@ def table(store, stats) -> Table:
     return made
 
 
-def names(store, stats) -> tuple[list[str], frozenset]:
+def names(store, stats, held: Table | None = None) -> tuple[list[str], frozenset]:
     """The store's runs by name, as ``table`` lists them (links and files of
     a run's name too), and which of them are no real folder; only an entry
     of runs/ not known to hold a run is looked into, so a folder emptied by
-    hand stays named until ``current`` reads it."""
+    hand stays named until ``current`` reads it. ``held``: as ``table``'s."""
     root, runs_fd = _opened(store)
     if runs_fd is None:
         return [], frozenset()
     key = (root, stats)
-    with _LOCK:
-        before = _TABLES.get(key)
+    before = _before(key, held)
     known = before._runs if before is not None else frozenset()
     out, links, found = [], [], False
     try:
@@ -316,17 +336,16 @@ def names(store, stats) -> tuple[list[str], frozenset]:
     return out, frozenset(links)
 
 
-def current(store, stats, runs) -> dict[str, Listed]:
+def current(store, stats, runs, held: Table | None = None) -> dict[str, Listed]:
     """The ``Listed`` of each of ``runs`` that holds a run, made current as
     ``table`` makes a row (served again while its files say it is the same,
     else read); one that no longer holds a run is left out, and no longer
-    known as one."""
+    known as one. ``held``: as ``table``'s."""
     root, runs_fd = _opened(store)
     if runs_fd is None:
         return {}
     key = (root, stats)
-    with _LOCK:
-        before = _TABLES.get(key)
+    before = _before(key, held)
     kept = before._kept if before is not None else {}
     live = _live(root)
     out, read, gone = {}, [], []
