@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(items):
 # move a read or a clock to another step than a test expects. Tests run with
 # both bounds out of the way; a test of the reads by time sets them itself
 # and drives the Trainer's clock (test_trainer_real: ..._read_by_time_...).
-# The modules are patched only where a test file has imported them.
+# Recorder.log keeps the same two rules (record/_logged.py; test_log drives
+# its clock). The modules are patched only where a test file has imported them.
 @pytest.fixture(autouse=True)
 def _trainer_reads_by_count_only(monkeypatch):
     reading = sys.modules.get("somatize.torch._reading")
@@ -35,3 +36,7 @@ def _trainer_reads_by_count_only(monkeypatch):
     trainer = sys.modules.get("somatize.torch._trainer")
     if trainer is not None:
         monkeypatch.setattr(trainer, "CLOCKS_AT_MOST_NS", 10**15)
+    logged = sys.modules.get("somatize.record._logged")
+    if logged is not None:
+        monkeypatch.setattr(logged, "READ_AT_MOST_NS", 10**15)
+        monkeypatch.setattr(logged, "CLOCKS_AT_MOST_NS", 10**15)

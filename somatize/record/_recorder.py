@@ -40,6 +40,7 @@ from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
 from . import _files, _flusher, _log, _recovery, _summary
 from ._columns import refused_fact
+from ._logged import Logging
 from ._runs import (
     INDEX,
     LIVE,
@@ -71,8 +72,9 @@ def default_name() -> str:
 class Recorder:
     """``Recorder(store, run=None, summarising=["loss"], resume=False, config=None)``.
 
-    A watcher: hand it to ``watching=``. ``run=None`` names the run after the
-    moment it began plus a random suffix (``run-20260131-142502-3f9a0c1e``),
+    A watcher: hand it to ``watching=``; a loop of one's own (no Trainer)
+    hands it its values with ``log(values, step=None)``. ``run=None`` names
+    the run after the moment it began plus a random suffix (``run-20260131-142502-3f9a0c1e``),
     claimed by making its folder, so two Recorders never collide, in any
     process; ``recorder.run`` (and its repr) says the name.
     Forwards count from 0; facts that arrive after a forward's ``finished``
@@ -112,6 +114,7 @@ class Recorder:
     """
 
     recording = True  # False for a Recorder made on a rank other than 0 (see _Bystander)
+    _logging = None  # a loop's log(): made by its first call (_logged.Logging)
 
     def __new__(cls, *args, **kwargs):
         if cls is Recorder and launched_rank() != 0:
@@ -218,6 +221,12 @@ class Recorder:
         them over (the Trainer, reading its losses off the device in bulk):
         it is called first whenever this Recorder is flushed, closed or read
         from the thread that registered it, so what was done is written."""
+        if self._logging is not None:
+            raise SomatizeValueError(
+                f"run {self.run!r} records a loop's log(), whose steps are its forwards: a Trainer watching it "
+                f"would record its own steps as forwards too, mixed with the loop's. Give the Trainer a "
+                f"Recorder of its own"
+            )
         self._holders.add(hand_over)
 
     def take(self, items):
@@ -234,6 +243,61 @@ class Recorder:
         if self._closed:
             self._raise_if_unusable()
         self._pending.append(None)  # a marker: the flush numbers forwards
+
+    def log(self, values, step=None) -> None:
+        """Record a loop's values for one step: ``rec.log({"loss": loss, "lr": lr})``.
+
+        ``values``: a dict of numbers: Python ints and floats, numpy
+        scalars, and 0-d tensors on any device (once ``somatize.torch`` is
+        imported). A tensor is not read here: it is held, and read with
+        every other one held in one host sync, at the first step that begins
+        32 steps or 0.25 s after it was logged, or when this Recorder is
+        flushed, closed or queried from the thread that logged it; so a step
+        waits for no device. A tensor changed in place after it was logged
+        (``total += loss``) is recorded as None, and a RuntimeWarning names
+        it. A value that is not one number (a str, a dict, a bool, a 2-d
+        tensor) is refused, naming its key. NaN and infinities are kept, as
+        the record keeps them (``somatize.record.runs`` says how the
+        summaries take them).
+
+        ``step``: the loop's step, a whole number >= 0; by default the one
+        after the last (0 first, or after a resumed run's last). The same
+        step again logs more of it (an evaluation at that step); a step
+        before the last is refused, naming both. Each step is one forward of
+        the run, forwards counting the steps logged from 0, so every reader
+        (``curve``, ``progress``, ``runs`` and its ``steps``, ``compare``,
+        the run browser, ``somatize runs``) reads the run as a Trainer's. A
+        step numbered otherwise than its forward (a loop counting from 1,
+        or logging every 10th step) is also kept as the fact ``step``.
+
+        A key is a fact's name (letters, digits, ``_ . - /``, starting with
+        a letter or ``_``), and each value becomes the fact
+        ``{"fact": key, "value": v}``, as the Trainer says ``loss``, ``lr``
+        and ``val_*``: ``loss`` is the step's loss, ``lr`` its learning
+        rate, ``val_<metric>`` an evaluation's, and ``summarising=`` names
+        those ``runs()`` summarises. The other names the engine and the
+        Trainer give their own facts (``ran``, ``grad_norm``, ``wall_s``,
+        ...) and ``step`` are refused. On the steps the Trainer says its
+        clock (the first ten, every 20th, and at least once a second) a
+        step also says ``wall_s``, so ``progress(x="wall")`` draws the run
+        over time.
+
+        One loop logs into a Recorder, from one thread; a Recorder that a
+        Trainer watches is refused (give each its own)."""
+        if self._closed:
+            self._raise_if_unusable()
+        logging = self._logging
+        if logging is None:
+            logging = self._logging = Logging(self)
+        logging.log(values, step)
+
+    def _next_forward(self) -> int:
+        """The number the next forward to begin will have, the facts not
+        flushed yet counted in (where ``log`` goes on from)."""
+        with self._flush_lock:
+            pending = list(self._pending) if isinstance(self._pending, list) else []
+            _, forward, has = _group(pending, self._forward, self._has_facts)
+        return forward + 1 if has else forward
 
     # -- flushing ---------------------------------------------------------
 
@@ -399,6 +463,8 @@ class Recorder:
                 self._fail(e)
                 self._raise_if_unusable()
             self._forward, self._has_facts = max(forwards - 1, 0), True if forwards > 0 else None
+            if self._logging is not None:
+                self._logging.forward = None  # log() asks where the run stands again
 
     def __enter__(self):
         return self
@@ -799,6 +865,9 @@ class _Bystander(Recorder):
         pass
 
     def forward_began(self):
+        pass
+
+    def log(self, values, step=None):
         pass
 
     def flush(self):

@@ -2,7 +2,9 @@
 
 Importing this package registers the tensor codec, so ``Data(t)`` crosses an
 edge, a Store keeps tensors (header plus raw bytes, never pickle) and a cached
-node can key on a tensor input. torch is imported here and nowhere else.
+node can key on a tensor input; and registers 0-d tensors as values read in
+bulk, so ``Recorder.log`` holds them and reads many in one host sync. torch
+is imported here and nowhere else.
 
 Without PyTorch (or tqdm, fit's progress bar) importing this package raises
 ``MissingExtra`` naming the extra that brings them, ``somatize[torch]``.
@@ -19,8 +21,10 @@ for _package in ("torch", "tqdm"):
                                  "--index-url https://download.pytorch.org/whl/cpu)")
 
 # after the check above, so that a missing torch is named, not met deep inside
+from .._base.bulk import register_bulk as _register_bulk  # noqa: E402
 from .._base.codecs import register_codec as _register_codec  # noqa: E402
 from .._base.errors import NonFiniteLoss as NonFiniteLoss  # noqa: E402  (somatize.NonFiniteLoss too)
+from . import _bulk  # noqa: E402
 from ._codec import TensorCodec as TensorCodec  # noqa: E402
 from ._launch import launch as launch  # noqa: E402
 from ._trainer import Trainer as Trainer  # noqa: E402
@@ -31,5 +35,6 @@ from ._weights import load as load  # noqa: E402
 from ._weights import parameters as parameters  # noqa: E402
 
 _register_codec(TensorCodec())
+_register_bulk(_bulk.TYPES, _bulk.hold, _bulk.read)
 
 __all__ = ["NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "launch", "load", "parameters"]
