@@ -137,8 +137,8 @@ def _after_rename(real):  # the commit's summary renamed in: the commit stands
 
 
 STAGES = {
-    "log written": ("somatize.record._recorder.write_all", _log_written),
-    "SIGINT before the sync": ("somatize.record._recorder.sync_all", _signalled_before_sync),
+    "log written": ("somatize._base.files.write_all", _log_written),
+    "SIGINT before the sync": ("somatize._base.files.sync_all", _signalled_before_sync),
     "summary renamed": ("somatize.record._recorder.Recorder._write_summary", _after_rename),
 }
 
@@ -179,18 +179,18 @@ def test_ctrl_c_inside_a_flush_damages_nothing_and_the_run_closes_interrupted(tm
 
 def test_ctrl_c_inside_close_leaves_the_run_open_and_the_exit_marks_it_interrupted(tmp_path):
     tail = "\n".join([
-        "from somatize.record import _recorder",
-        "real = _recorder.write_all",
+        "from somatize._base import files",
+        "real = files.write_all",
         "def hook(fd, parts):",
         "    real(fd, parts)",
         "    raise KeyboardInterrupt",
-        "_recorder.write_all = hook",
+        "files.write_all = hook",
         "r.forward_began(); r({'fact': 'loss', 'value': 0.25})",
         "try:",
         "    r.close()",
         "except KeyboardInterrupt:",
         "    print('close passed the KeyboardInterrupt on; open:', repr(r))",
-        "_recorder.write_all = real",
+        "files.write_all = real",
         "raise KeyboardInterrupt",
         ""])
     path = tmp_path / "store"

@@ -55,14 +55,26 @@ _SYNC_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class Handle(int):
     """What ``LocalBackend`` hands out: a descriptor (a folder held open, a
     file appended to, a staged replacement, a lock), usable as one, with
-    ``where``, its path; a staged one also has ``tmp``, the file it is
+    ``where``, its path (worked out when asked, for a message: a listing
+    opens a folder a run); a staged one also has ``tmp``, the file it is
     until it is placed."""
 
+    @property
+    def where(self) -> str:
+        base, parts = self._of  # a path or a Handle, and the parts below it
+        return os.path.join(base if base.__class__ is str else base.where, *parts)
 
-def _handle(fd, where) -> Handle:
-    handle = Handle(fd)
-    handle.where = where
-    return handle
+
+def handle(fd, where) -> Handle:
+    """``fd`` as a ``Handle`` named ``where``: a folder's descriptor opened
+    elsewhere (without following a link), to read below it (``at=``)."""
+    return _held(fd, where, ())
+
+
+def _held(fd, base, parts) -> Handle:
+    held = Handle(fd)
+    held._of = (base, parts)
+    return held
 
 
 class LocalBackend:
@@ -73,7 +85,7 @@ class LocalBackend:
     def __init__(self, root, direct_io=False):
         self.root = os.fspath(root)
         self.direct_io = direct_io
-        self._tmp = Path(self.root) / "tmp"
+        self._temps = None  # root/tmp as a Path, made on first use
 
     def __repr__(self):
         return f"LocalBackend({self.root!r})"
@@ -154,9 +166,10 @@ class LocalBackend:
         """The folder ``parts`` held open (until ``close``), to read and
         open below it (``at=``) with no part looked up again."""
         try:
-            return _handle(self._folder(parts, at), self.where(parts, at))
+            fd = files.open_below(at, parts[0]) if at is not None and len(parts) == 1 else self._folder(parts, at)
         except files.Refused as e:
             raise self._named(e, parts, at) from None
+        return _held(fd, self.root if at is None else at, parts)
 
     def held(self, parts, at=None) -> bool:
         """Whether a writer holds the lock ``parts`` (``lock``), in this
@@ -221,20 +234,25 @@ class LocalBackend:
             later |= folders
         return True
 
+    def _tmp(self) -> Path:
+        if self._temps is None:
+            self._temps = Path(self.root, "tmp")
+        return self._temps
+
     def _write_temp(self, chunks, size):
+        folder = self._tmp()
         if self.direct_io and size >= files.DIRECT_AT:
-            tmp = files.write_temp_direct(self._tmp, chunks, 0o444)
+            tmp = files.write_temp_direct(folder, chunks, 0o444)
             if tmp is not None:
                 return tmp
-        return files.write_temp(self._tmp, chunks, 0o444)
+        return files.write_temp(folder, chunks, 0o444)
 
     def replace(self, parts, data) -> None:
         """Put ``data`` at ``parts`` atomically and durably, its folders made
         (``make``; the temp file goes to ``tmp/``, which the caller made).
         ``IsADirectoryError`` where a folder is there."""
         made = self.make(parts[:-1])
-        path = Path(self.where(parts))
-        files.write_file(self._tmp, path, data, sync_dirs={self.where(d) for d in made})
+        files.write_file(self._tmp(), self.where(parts), data, sync_dirs={self.where(d) for d in made})
 
     def remove(self, parts, at=None) -> None:
         """Remove the file (or link) ``parts``; never a folder; none there: nothing."""
@@ -287,7 +305,7 @@ class LocalBackend:
         finally:
             if folder is not at:
                 os.close(folder)
-        return _handle(fd, self.where(parts, at)), made
+        return _held(fd, self.root if at is None else at, parts), made
 
     def append(self, handle, chunks) -> None:
         """Append every buffer of ``chunks`` to the file of ``handle``."""
@@ -311,9 +329,9 @@ class LocalBackend:
         tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
         if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
             files.remove_junk(tmp)  # our temp file's name: whatever else is there is left over
-        handle = _handle(os.open(tmp, _STAGE, 0o644), path)
-        handle.tmp = tmp
-        return handle
+        staged = _held(os.open(tmp, _STAGE, 0o644), path, ())
+        staged.tmp = tmp
+        return staged
 
     def place(self, staged) -> None:
         """Put a staged file in place of the one it replaces, at once."""
@@ -355,7 +373,7 @@ class LocalBackend:
         except BaseException:
             os.close(fd)
             raise
-        return _handle(fd, path)
+        return _held(fd, path, ())
 
     def close(self, handle) -> None:
         """Let a handle go (a lock: let go of it)."""
@@ -368,9 +386,9 @@ class LocalBackend:
         root), no part below it followed."""
         if at is None:
             return files.open_dir(self.root, parts)
-        fd = os.dup(at)
+        fd = files.open_below(at, parts[0]) if parts else os.dup(at)
         try:
-            for part in parts:
+            for part in parts[1:]:
                 below = files.open_below(fd, part)
                 os.close(fd)
                 fd = below

@@ -314,7 +314,7 @@ def replace(tmp, path):
 def write_file(tmp_folder, path, data, sync_dirs=()):
     """Put ``data`` at ``path`` atomically and durably (folders flushed)."""
     replace(write_temp(tmp_folder, [data]), path)
-    for d in {path.parent, *sync_dirs}:
+    for d in {os.path.dirname(path), *sync_dirs}:
         sync_dir(d)
 
 

@@ -110,6 +110,15 @@ def store_root(store_or_path):
     return root
 
 
+def backend_of(store_or_path):
+    """The backend a store's bytes go through: a ``Store``'s own, or the
+    local one of the store a path names (its marker checked: ``store_root``)."""
+    store = sys.modules.get(__package__ + ".store")
+    if store is not None and isinstance(store_or_path, store.Store):
+        return store_or_path.backend
+    return LocalBackend(store_root(store_or_path))
+
+
 def name_of(path, names_root):
     """The name a file under ``names/`` stands for."""
     return os.path.relpath(path, names_root).replace(os.sep, "/")

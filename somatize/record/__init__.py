@@ -19,7 +19,7 @@ runs every 0.25 s, so typically 0.25 to 0.5 s of facts, more on a machine
 too busy to give the flusher its turn;
 everything before reads back in order, once, and the run lists as interrupted.
 
-This layer imports ``_base`` (its durable files and locks) and ``_store``, plus numpy, pandas, orjson and
+This layer imports ``_base`` (its storage seam, ``backend``) and ``_store``, plus numpy, pandas, orjson and
 xxhash; never torch, never Jupyter (``progress``, ``spent``, ``Live`` and
 ``compare`` are drawn by ``_widgets`` and load lazily; without anywidget (or
 bqplot, for ``compare``), asking for one raises ``MissingExtra`` naming
@@ -31,7 +31,7 @@ Modules: ``_recorder`` (the watcher: its hot path and flush), ``_flusher``
 (the one background thread, exit and fork), ``_summary`` (summary.json: its
 strict reader, and how facts fold into it), ``_recovery`` (resume: cut back,
 rebuild from the log), ``_log`` (blocks, index, series: bytes on disk; the one
-reader of a log's tail), ``_files`` (a record file, by path, opened through ``_base.files``),
+reader of a log's tail), ``_files`` (a record file by its path: its store's local backend and parts),
 ``_runs`` (run folders, names, locks, listing), ``_queries`` (facts, forwards,
 nodes, curve, runs), ``_check`` (fsck).
 
@@ -76,7 +76,8 @@ whose summary does not read lists as "damaged" and its queries raise.
 ``Recorder(..., resume=True)`` rebuilds an index or series that does not
 verify from the log. Hostile by default: only regular files are read, never
 through a symlink, never waiting on a FIFO, never more bytes than the format
-allows (``_base.files``, given a path by ``_files``).
+allows (the store's backend, ``_base/backend.py``; ``_files`` for a file
+named by its path).
 
 What a crash leaves: bytes past what the summary counts are a flush a kill
 interrupted: whole blocks there are read by ``facts`` (their checksum proves

@@ -44,13 +44,13 @@ def check_run(folder: Path) -> tuple[list[str], list[str]]:
         return [f"run {run!r}: {problem}; move it away"], []
     problems: list[str] = []
     notes: list[str] = []
-    where = _files.anchored(folder)
+    fs, parts = _files.located(folder)
     try:  # the run's folder is opened without following a link, like every file in it
-        kinds = dict(files.entries(*where))
+        kinds = dict(fs.list(parts))
     except FileNotFoundError:
         kinds = {}
     except files.Refused as e:  # made a link since the lstat above
-        return [f"run {run!r}: {_files.not_a_file(*where, e)}; move it away"], []
+        return [f"run {run!r}: {_files.not_a_file(folder, e)}; move it away"], []
     for name in (SUMMARY, LOG, INDEX, LOCK, SERIES):
         if name not in kinds:
             continue

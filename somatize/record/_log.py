@@ -314,7 +314,13 @@ def _as_float(v) -> float:
 
 def series_names(folder: Path) -> list[str]:
     try:  # series/ itself is not followed either
-        listed = files.entries(*_files.anchored(folder))
+        fs, parts = _files.located(folder)
+        listed = fs.list(parts)
     except (OSError, files.Refused):
         return []
+    return names_in(listed)
+
+
+def names_in(listed) -> list[str]:
+    """The series that the entries of a run's ``series/`` hold (``(name, kind)``)."""
     return sorted(unquote(f[:-4]) for f, _ in listed if f.endswith(".bin"))

@@ -9,7 +9,9 @@ A flush appends whole blocks to ``facts.log`` in one ``write()``, then the
 series and the index, syncs them (one ``syncfs`` where cheap, else an fsync
 each: ``_base.files.sync_all``), and last rewrites ``summary.json``
 atomically (temp file, synced, rename) with the bytes and xxh3 checksum of
-each file.
+each file. Every byte goes through the store's backend (``Store.backend``,
+``_base/backend.py``): the run's folders held open, its files appended,
+the summary staged and placed, the lock.
 When ``flush()`` returns, its facts survive a kill -9 and a power cut.
 
 A flush that fails (a full disk, say) stops the Recorder: the next call into
@@ -24,7 +26,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import stat
 import threading
 import time
 import warnings
@@ -34,7 +35,7 @@ import orjson
 import xxhash
 
 from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
-from .._base.files import Refused, append_durably, ensure_dirs, remove_junk, sync_all, write_all
+from .._base.files import Refused
 from .._graph.watchers import Holders
 from .._store.names import run_names
 from .._store.store import StoreNotWritable, as_store
@@ -58,9 +59,6 @@ from ._runs import (
 )
 
 CHUNK = 8192  # pending items a flush takes at a time
-_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_APPEND = os.O_WRONLY | os.O_APPEND | _OPEN  # a file of the run, appended to
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC  # a folder to fsync
 
 
 def default_name() -> str:
@@ -141,7 +139,8 @@ class Recorder:
             config = _summary.config_json(config)  # before anything is written
         if run is not None:
             checked_name(run)
-        root = _writable_root(store)
+        store = _writable_store(store)
+        root, fs = Path(store.path), store.backend
         named = run is not None
         while True:
             if not named:
@@ -152,7 +151,7 @@ class Recorder:
             if problem is not None and named:
                 raise DamagedError(f"run {run!r}: {problem}; move it away or record into another run")
             try:  # following no link on the way; durable from its first fact
-                made = None if problem else ensure_dirs(root, ("runs", run, SERIES))
+                made = None if problem else fs.make(("runs", run, SERIES))
             except Refused as e:
                 if not named:
                     continue
@@ -165,6 +164,8 @@ class Recorder:
         self.run = run
         self.root = root  # the store's folder
         self.folder = folder
+        self._fs = fs  # the store's backend: every byte of the run goes through it
+        self._parts = ("runs", run)  # the run's folder in the store
         self._real = os.path.realpath(folder)
         self._pid = os.getpid()
         self._born = time.monotonic()  # the flusher leaves a Recorder younger than FLUSH_EVERY to its close
@@ -182,7 +183,7 @@ class Recorder:
         # commit, nothing of the run was promised to survive a power cut, and
         # Recorder() does not wait on three fsyncs one after the other.
         # "" (the run's folder) and SERIES stand for the folders held open (_dirs).
-        self._new_in: set = {"" if p == ("runs", run) else root.joinpath(*p) for p in made or ()}
+        self._new_in: set = {"" if p == ("runs", run) else p for p in made or ()}
         self._lock_fd = None
         self._unsynced = None  # fd of a new run's first summary, synced with its first commit (_open)
         self._holders = Holders()  # producers that hold facts back (held_by)
@@ -200,11 +201,12 @@ class Recorder:
                     f"or record into another run, e.g. Recorder(store, run={_free_name(root, run)!r})"
                 )
             try:
-                self._lock_fd = _lock_or_refuse(root, folder, run)
+                self._lock_fd = _lock_or_refuse(fs, root, folder, run)
                 self._open(root, run, list(summarising), resume, config)
-            except _files.NotAFile as e:
+            except (_files.NotAFile, Refused) as e:
                 self._release()
-                raise DamagedError(f"run {run!r}: {e}; move it away or record into another run") from None
+                said = f"{e.where} is not a regular file ({e})" if isinstance(e, Refused) else e
+                raise DamagedError(f"run {run!r}: {said}; move it away or record into another run") from None
             except BaseException:
                 self._release()
                 raise
@@ -406,7 +408,7 @@ class Recorder:
     def _closed_on_disk(self, state) -> bool:
         """Whether the run's summary on disk says ``state`` (a close's commit was renamed in)."""
         try:
-            return (load_summary(self.folder) or {}).get("state") == state
+            return (load_summary(self.folder, self._dir(""), self._fs) or {}).get("state") == state
         except Exception:
             return False
 
@@ -451,9 +453,9 @@ class Recorder:
                 return
             self._close_files()  # the series and the index are replaced: open them again
             try:
-                head, self._hashers = _recovery.cut(self.folder, self._summary, self.run, forwards)
+                head, self._hashers = _recovery.cut(self._fs, self._parts, self._summary, self.run, forwards)
                 self._write_summary()
-                _recovery.truncate(self.folder / LOG, self._summary["log_bytes"])
+                _recovery.truncate(self._fs, (*self._parts, LOG), self._summary["log_bytes"])
                 self._log_bytes = self._summary["log_bytes"]
                 if head:
                     batch = _Batch()
@@ -537,7 +539,7 @@ class Recorder:
         summary, log_bytes, forward, has, hashers = saved
         if self._log_bytes != log_bytes:
             try:
-                on_disk = (load_summary(self.folder) or {}).get("log_bytes")
+                on_disk = (load_summary(self.folder, self._dir(""), self._fs) or {}).get("log_bytes")
             except Exception:
                 on_disk = None
             if on_disk == self._log_bytes:
@@ -548,7 +550,7 @@ class Recorder:
                              *((fd, summary["series"].get(name, (0, 0))[0])
                                for name, fd in self._series_fds.items())):
                 if fd is not None:
-                    os.ftruncate(fd, size)
+                    self._fs.truncate(fd, size)
         except OSError as e:
             self._fail(e)
         self._summary, self._log_bytes, self._forward, self._has_facts, self._hashers = (
@@ -582,10 +584,11 @@ class Recorder:
         close writes it once). ``together``: see ``sync_all``."""
         summary = self._summary
         base = self._log_bytes
+        fs = self._fs
         log = self._fds.get(LOG)
         if log is None:
             log = self._open_file("", LOG, self._fds, LOG)
-        write_all(log, [batch.data])
+        fs.append(log, [batch.data])
         series = summary["series"]
         written = [log]
         series_fds = self._series_fds
@@ -594,7 +597,7 @@ class Recorder:
             fd = series_fds.get(name)
             if fd is None:
                 fd = self._open_file(SERIES, _log.series_file_name(name), series_fds, name)
-            write_all(fd, [data])
+            fs.append(fd, [data])
             written.append(fd)
             hasher = self._hashers.get(name)
             if hasher is None:
@@ -605,7 +608,7 @@ class Recorder:
         fd = self._fds.get(INDEX)
         if fd is None:
             fd = self._open_file("", INDEX, self._fds, INDEX)
-        write_all(fd, [index])
+        fs.append(fd, [index])
         written.append(fd)
         self._hashers[INDEX].update(index)
         summary["index"] = [summary["index"][0] + len(index), self._hashers[INDEX].intdigest()]
@@ -622,57 +625,49 @@ class Recorder:
         run's first summary (``_open``) and every folder that gained a file since the last
         commit together (the new files' names survive a power cut before the
         summary counts them)."""
-        held, opened = [], []
-        try:
-            for folder in self._new_in:
-                if folder.__class__ is str:  # the run's own (_dirs)
-                    held.append(self._dir(folder))
-                else:
-                    opened.append(os.open(folder, _OPEN_DIR))
-            first = [] if self._unsynced is None else [self._unsynced]
-            sync_all(fds + first + held + opened, together)
-        finally:
-            for fd in opened:
-                os.close(fd)
+        held, made = [], []
+        for folder in self._new_in:
+            if folder.__class__ is str:  # the run's own (_dirs)
+                held.append(self._dir(folder))
+            else:  # a folder Recorder() made, by its parts
+                made.append(folder)
+        first = [] if self._unsynced is None else [self._unsynced]
+        self._fs.sync(fds + first + held, made, together)
         self._new_in = set()
         self._close_unsynced()
 
     def _close_unsynced(self):
         if self._unsynced is not None:
-            os.close(self._unsynced)
+            self._fs.close(self._unsynced)
             self._unsynced = None
 
     def _write_summary(self, written=None, together=True, durable=True):
-        """Write the summary to a temp file, sync it and rename it in.
-        ``written``: the files this summary counts, synced with it and the
-        folders that gained a file, in one round (``_synced``), all before
-        the rename; None: the temp file alone (nothing new to count).
-        ``durable=False``: its file kept open and synced with the next
-        commit's files, not now (a new run's first summary, which counts
-        nothing: see ``_open``)."""
+        """Write the summary to a temp file, sync it and rename it in (the
+        backend's ``stage`` and ``place``). ``written``: the files this
+        summary counts, synced with it and the folders that gained a file,
+        in one round (``_synced``), all before the rename; None: the temp
+        file alone (nothing new to count). ``durable=False``: its file kept
+        open and synced with the next commit's files, not now (a new run's
+        first summary, which counts nothing: see ``_open``)."""
         self._summary["updated"] = time.time()
-        tmp = self.folder / f".{SUMMARY}.{self._pid}.tmp"
-        if os.path.lexists(tmp) and not os.path.isfile(tmp) or os.path.islink(tmp):
-            remove_junk(tmp)  # our temp file's name: whatever else is there is left over
+        fs = self._fs
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN, 0o644)
+            staged = fs.stage((*self._parts, SUMMARY))
         except OSError as e:
-            raise DamagedError(f"{tmp} cannot be written ({e.strerror}); move it away") from None
+            raise DamagedError(f"{e.filename} cannot be written ({e.strerror}); move it away") from None
         kept = False
         try:
-            data = _summary.dumps(self._summary)
+            fs.append(staged, [_summary.dumps(self._summary)])
             if written is None and not durable:
-                write_all(fd, [data])
-                self._unsynced, kept = fd, True  # synced with the first commit's files (_synced)
+                self._unsynced, kept = staged, True  # synced with the first commit's files (_synced)
             elif written is None:
-                append_durably(fd, data)
+                fs.sync([staged])
             else:
-                write_all(fd, [data])
-                self._synced([*written, fd], together)
+                self._synced([*written, staged], together)
         finally:
             if not kept:
-                os.close(fd)
-        os.replace(tmp, self.folder / SUMMARY)
+                fs.close(staged)
+        fs.place(staged)
 
     def _dir(self, sub):
         """The run's folder (``sub`` "") or its ``SERIES`` folder, held open
@@ -680,8 +675,10 @@ class Recorder:
         fd = self._dirs.get(sub)
         if fd is None:
             path = self.folder / sub if sub else self.folder
-            try:
-                fd = os.open(path, _OPEN_DIR)
+            try:  # series/ opened in the run's folder; the run's, from the store's root down
+                fd = self._fs.open_folder((sub,), at=self._dir("")) if sub else self._fs.open_folder(self._parts)
+            except Refused as e:
+                raise DamagedError(f"{path} is not a folder ({e}); move it away") from None
             except OSError as e:
                 raise DamagedError(f"{path} is not a folder ({e.strerror}); move it away") from None
             self._dirs[sub] = fd
@@ -693,24 +690,11 @@ class Recorder:
         is refused. A file made here has its folder synced before the next
         summary names it. One system call for a new file: O_EXCL says
         whether it was there."""
-        at = self._dir(sub)
         try:
-            fd = os.open(name, _APPEND | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=at)
-            new = True
-        except FileExistsError:  # there already (a run resumed): what it is, fstat says
-            fd, new = None, False
-        except OSError as e:
-            raise DamagedError(f"{self.folder / sub / name} is not a regular file ({e.strerror}); "
-                               f"move it away") from None
-        if fd is None:
-            try:
-                fd = os.open(name, _APPEND, dir_fd=at)
-            except OSError as e:
-                raise DamagedError(f"{self.folder / sub / name} is not a regular file ({e.strerror}); "
-                                   f"move it away") from None
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise DamagedError(f"{self.folder / sub / name} is not a regular file; move it away")
+            fd, new = self._fs.open_append((name,), at=self._dir(sub))
+        except (OSError, Refused) as e:
+            why = e if isinstance(e, Refused) else e.strerror
+            raise DamagedError(f"{self.folder / sub / name} is not a regular file ({why}); move it away") from None
         fds[key] = fd
         if new:  # its name must survive a power cut as well as its bytes: synced before the summary
             self._new_in.add(sub)
@@ -718,13 +702,13 @@ class Recorder:
 
     def _close_files(self):
         for fd in (*self._fds.values(), *self._series_fds.values()):
-            os.close(fd)
+            self._fs.close(fd)
         self._fds.clear()
         self._series_fds.clear()
 
     def _open(self, root, run, summarising, resume, config):
         try:
-            old = load_summary(self.folder)
+            old = load_summary(self.folder, self._dir(""), self._fs)
         except _summary.Broken as e:
             raise DamagedError(
                 f"run {run!r}: {self.folder / SUMMARY} {e}; run `somatize check {root}` and "
@@ -747,7 +731,7 @@ class Recorder:
                 )
             if config is not None and _canonical(config) != _canonical(old["config"]):
                 raise SomatizeValueError(_config_differs(run, old["config"], config))
-            replay, self._hashers = _recovery.recover(self.folder, old, run)
+            replay, self._hashers = _recovery.recover(self._fs, self._parts, old, run)
         else:
             old, replay = None, []
             self._hashers = {INDEX: xxhash.xxh3_64()}
@@ -790,17 +774,19 @@ class Recorder:
         made with hard links) keeps its bytes; only regular files, reached
         through the folders held open, following no link (anything else
         there is refused when the run opens that name)."""
+        fs = self._fs
         for sub, names in (("", (INDEX,)), (SERIES, None)):
             at = self._dir(sub)
-            for name in os.listdir(at) if names is None else names:
-                if names is None and not name.endswith(".bin"):
-                    continue
+            if names is None:
+                names = [name for name, kind in fs.list((), at=at) if kind == "file" and name.endswith(".bin")]
+            for name in names:
                 try:
-                    if stat.S_ISREG(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
-                        os.unlink(name, dir_fd=at)
-                        self._new_in.add(sub)  # the name gone is synced with the first commit's
-                except FileNotFoundError:
+                    if fs.size((name,), at=at) is None:
+                        continue
+                except Refused:
                     continue
+                fs.remove((name,), at=at)
+                self._new_in.add(sub)  # the name gone is synced with the first commit's
 
     def _let_go_after_fork(self):
         """In a forked child: close the child's copy of the run's lock file
@@ -808,7 +794,7 @@ class Recorder:
         fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             try:
-                os.close(fd)
+                self._fs.close(fd)
             except OSError:
                 pass
 
@@ -816,13 +802,13 @@ class Recorder:
         self._close_files()
         self._close_unsynced()
         for fd in self._dirs.values():
-            os.close(fd)
+            self._fs.close(fd)
         self._dirs.clear()
         with LIVE_LOCK:
             if LIVE.get(self._real) is self:
                 del LIVE[self._real]
         if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing drops the lock
+            self._fs.close(self._lock_fd)  # closing drops the lock
             self._lock_fd = None
 
 
@@ -970,16 +956,16 @@ class _Batch:
         self.last = -1
 
 
-def _writable_root(store) -> Path:
-    """The folder of the store a Recorder writes into: a path is opened (made
-    when missing) as the store's one ``as_store``; a read-only Store is refused."""
+def _writable_store(store):
+    """The Store a Recorder writes into: a path is opened (made when
+    missing) as the store's one ``as_store``; a read-only Store is refused."""
     store = as_store(store)
     if store.readonly:
         raise StoreNotWritable(
             f"a Recorder writes into its store, and {store!r} was opened read-only: "
             f"write Recorder(Store({str(store.path)!r}), ...)"
         )
-    return Path(store.path)
+    return store
 
 
 def _free_name(root, run):
@@ -1008,18 +994,17 @@ def _config_differs(run, recorded, given) -> str:
 
 
 
-def _lock_or_refuse(root, folder, run):
+def _lock_or_refuse(fs, root, folder, run):
     # A reader probing the lock holds it for microseconds: retry briefly.
+    note = f"{os.getpid()} {socket.gethostname()}\n".encode()
     for _ in range(20):
-        fd = try_lock(folder)
+        fd = try_lock(folder, fs, note)
         if fd is not None:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
             return fd
         time.sleep(0.005)
     try:
-        holder = (_files.read_bytes(folder / LOCK, 4096) or b"").decode(errors="replace").split()
-    except _files.NotAFile:
+        holder = fs.read_range(("runs", run, LOCK), 4096).decode(errors="replace").split()
+    except (OSError, Refused):
         holder = []
     who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
     raise SomatizeValueError(

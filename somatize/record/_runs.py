@@ -2,13 +2,14 @@
 
 The rule kept here: listing runs reads one small ``summary.json`` per run and
 never a fact; a run whose summary does not read lists as "damaged" and the
-others list as ever. Only regular files in real folders of the store are read:
-``runs/`` and a run's folder must not be symlinks (the listing opens ``runs/``
-and each run's folder in it without following one, and reads the run's files
-in that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
+others list as ever. Only regular files in real folders of the store are read,
+through the store's backend (``_base/backend.py``): ``runs/`` and a run's
+folder must not be symlinks (the listing holds ``runs/`` open and each run's
+folder in it, opened without following one, and reads the run's files in
+that folder; ``_files`` opens any other from the store's root down). A run's state is what its summary says,
 corrected by its lock: "running" with nobody holding the lock means the
 process died ("interrupted", its ``cause`` saying so). The lock is held by
-the Recorder's open file (``_base.locks``), so the probe is the answer for
+the Recorder's open file (the backend's ``lock``, ``_base.locks``), so the probe is the answer for
 every run, this process's own included, and probing never drops it. A run
 recorded by this very process is read from memory through the in-process
 registry ``LIVE`` (its facts not yet flushed too; a query never makes a live
@@ -22,11 +23,12 @@ import stat
 import threading
 from pathlib import Path
 
-from .._base import files, locks
+from .._base import files
+from .._base.backend import Handle, LocalBackend, handle
 from .._base.errors import DamagedError, SomatizeKeyError, SomatizeValueError
 from .._base.forks import fork_safe
 from .._base.near import close_names
-from .._store.names import RUN_NAME_LIMIT, is_run_name, run_names, store_root
+from .._store.names import RUN_NAME_LIMIT, backend_of, is_run_name, run_names, store_root
 from . import _files
 from ._summary import LOST, MAX_BYTES, Broken, parse
 
@@ -142,12 +144,12 @@ def recorded(folder, at: int | None = None) -> bool:
     return False
 
 
-def load_summary(folder: Path, at: int | None = None) -> dict | None:
+def load_summary(folder: Path, at=None, fs=None) -> dict | None:
     """The summary of the run in ``folder``, checked (``_summary.parse``);
     None when there is none. Raises ``Broken`` for one that does not read,
     ``_files.NotAFile`` for a summary or log that is not a regular file.
-    ``at``: a descriptor of ``folder`` (``_files.read_bytes``)."""
-    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1, at=at)
+    ``at``: ``folder`` held open by ``fs``, its backend (``_files.read_bytes``)."""
+    raw = _files.read_bytes(os.path.join(folder, SUMMARY), MAX_BYTES + 1, at=at, fs=fs)
     if raw is None:
         return None
     if not raw and not _holds(folder, LOG, at):
@@ -191,60 +193,48 @@ def live_recorder(folder: Path):
         return LIVE.get(os.path.realpath(folder))
 
 
-_LOCK_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def try_lock(folder: Path) -> int | None:
-    """An fd holding the run's lock, or None when another open file holds it
-    (in another process, or another Recorder of this one)."""
+def try_lock(folder: Path, fs=None, note: bytes = b""):
+    """A handle holding the run's lock (``note``, who holds it, written in
+    it), or None when another open file holds it (in another process, or
+    another Recorder of this one). ``fs``: the store's backend (the local
+    one of ``folder``'s store when None)."""
+    if fs is None:
+        fs = LocalBackend(folder.parent.parent)
     try:
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | _LOCK_FLAGS, 0o644)
+        return fs.lock(("runs", folder.name, LOCK), note)
+    except files.Refused as e:
+        raise _files.NotAFile(f"{folder / LOCK} is not a regular file ({e})") from None
     except OSError as e:
         raise _files.NotAFile(f"{folder / LOCK} is not a regular file ({e.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _files.NotAFile(f"{folder / LOCK} is not a regular file")
-        if not locks.take(fd):
-            os.close(fd)
-            return None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
-def holder_alive(folder: Path, at: int | None = None) -> bool:
+def holder_alive(folder: Path, at=None, fs=None) -> bool:
     """Whether a Recorder holds the run's lock, in this process or another.
 
     The probe opens the lock read-only (it needs no right to write, so a
     store one may only read still tells running from interrupted) and asks
-    without taking the lock (``locks.held``). A lock that is not a regular
-    file is nobody's: the run reads interrupted."""
-    try:  # read-only, no part below the store followed, a regular file or nothing
-        if at is not None:
-            fd, _ = files.open_in(at, LOCK)
-        else:
-            fd, _ = files.open_regular(*_files.anchored(os.path.join(folder, LOCK)))
-    except (OSError, files.Refused):
-        return False
-    try:
-        return locks.held(fd)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    without taking the lock (the backend's ``held``). A lock that is not a
+    regular file is nobody's: the run reads interrupted. ``at``: ``folder``
+    held open by ``fs``, its backend."""
+    if at is not None:
+        return fs.held((LOCK,), at=at)
+    fs, parts = _files.located(os.path.join(folder, LOCK))
+    return fs.held(parts)
 
 
-def log_short(folder, log_bytes, at: int | None = None) -> str | None:
+def log_short(folder, log_bytes, at=None, fs=None) -> str | None:
     """What is wrong with the run's log, said of facts.log, when it cannot hold
     the ``log_bytes`` its summary counts (cut or replaced after that summary
     was written, or not a regular file), else None. The one check of it: the
     listing marks such a run damaged, a query that needs the whole log raises
     ``DamagedError``. One lstat, so a listing stays one stat a run more than
     the summaries it reads. The log is written and synced before the summary
-    that counts it, so a sound run never reads short, even while it runs."""
+    that counts it, so a sound run never reads short, even while it runs.
+    ``at``: ``folder`` held open by ``fs``, its backend."""
     try:
-        size = files.regular_size(LOG if at is not None else os.path.join(folder, LOG), at) or 0
+        if at is None:
+            fs, parts = _files.located(os.path.join(folder, LOG))
+        size = fs.size(parts if at is None else (LOG,), at=at) or 0
     except files.Refused as e:
         return f"is not a regular file ({e})"
     except OSError as e:
@@ -255,33 +245,22 @@ def log_short(folder, log_bytes, at: int | None = None) -> str | None:
     return None
 
 
-def identity(path, dir_fd=None) -> tuple | None:
-    """What changes when a file is replaced or written (device, inode, size,
-    times), None when it is not a regular file; the last part is not followed."""
-    try:
-        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _parsed(folder: str, at: int):
-    """``(identity, summary)`` of the run in ``folder`` (``at``: a descriptor
-    of it): the summary parsed again only when its file is not the one
+def _parsed(folder: str, at, fs):
+    """``(identity, summary)`` of the run in ``folder`` (``at``: it, held
+    open by ``fs``; identity: its summary.json's ``version``, what changes
+    whenever the file does): the summary parsed again only when its file is not the one
     parsed last (the summary handed out is a copy whose top-level keys the
     caller may set; nested dicts are shared and never changed). Raises as
     ``load_summary``; a summary that did not read raises ``Broken`` again,
     unread, while it is the same file."""
-    ident = identity(SUMMARY, at)
+    ident = fs.version((SUMMARY,), at=at)
     got = _PARSED.get(folder)
     if ident is not None and got is not None and got[0] == ident:
         if isinstance(got[1], str):
             raise Broken(got[1])
         return ident, dict(got[1])
     try:
-        summary = load_summary(folder, at=at)
+        summary = load_summary(folder, at, fs)
     except Broken as e:
         if ident is not None:
             _parsed_is(folder, ident, str(e))
@@ -310,10 +289,10 @@ def summaries(store, names=None, identities=None) -> list[dict]:
     listed run's summary.json is appended (``_row``'s: None for a run
     answered from memory, or damaged by what is not its summary), for a
     caller that keeps what it made of a run."""
-    root = store_root(store)
+    root, fs = store_root(store), backend_of(store)
     if names is None:
         runs_dir(root)  # a runs/ that is a link or a file is damage, said so
-        names = run_names(root, links_too=True)  # a run that is a link lists, as damaged
+        names = run_names(fs, links_too=True)  # a run that is a link lists, as damaged
     where = os.path.join(root, "runs")
     with LIVE_LOCK:
         live = dict(LIVE)
@@ -321,7 +300,7 @@ def summaries(store, names=None, identities=None) -> list[dict]:
         real = os.path.realpath(where)
         live = {os.path.basename(k): r for k, r in live.items() if os.path.dirname(k) == real}
     try:  # each run's folder is opened in runs/, following no link: what is checked is what is read
-        runs_fd = files.open_dir(root, ("runs",))
+        runs_fd = fs.open_folder(("runs",))
     except FileNotFoundError:
         return []  # no runs (any more)
     except (files.Refused, NotADirectoryError):
@@ -331,23 +310,29 @@ def summaries(store, names=None, identities=None) -> list[dict]:
     out = []
     try:
         for name in names:
-            row, ident = _row(name, os.path.join(where, name), runs_fd, live)
+            row, ident = _row(name, os.path.join(where, name), runs_fd, live, fs)
             if row is not None:
                 out.append(row)
                 idents.append(ident)
         return out
     finally:
-        os.close(runs_fd)
+        fs.close(runs_fd)
 
 
-def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
+def _row(name, folder, runs_fd, live, fs=None) -> tuple[dict | None, tuple | None]:
     """The listing's row of one run (None for a folder that is no run yet)
     and the identity of the summary.json the row is all of: read, or found
     not to read (None for a row that is not one file's: a live Recorder's,
     a run whose log is cut short of what its summary counts, one whose
-    folder or summary.json is not there to read)."""
+    folder or summary.json is not there to read). ``runs_fd``: runs/ held
+    open by ``fs``, the store's backend (a local one's, or a descriptor of
+    it, when ``fs`` is None)."""
+    if fs is None:
+        fs = LocalBackend(os.path.dirname(os.path.dirname(folder)))
+    if not isinstance(runs_fd, Handle):
+        runs_fd = handle(runs_fd, os.path.dirname(folder))
     try:
-        run_fd = files.open_below(runs_fd, name)
+        run_fd = fs.open_folder((name,), at=runs_fd)
     except FileNotFoundError:
         return None, None
     except files.Refused as e:  # a link, a file, a FIFO…
@@ -361,22 +346,22 @@ def _row(name, folder, runs_fd, live) -> tuple[dict | None, tuple | None]:
             row["state"] = "running"
             return row, None
         try:
-            ident, summary = _parsed(folder, run_fd)
+            ident, summary = _parsed(folder, run_fd, fs)
         except (Broken, _files.NotAFile) as e:
             why = f"{SUMMARY} {e}" if isinstance(e, Broken) else str(e)
-            return {"run": name, "state": "damaged", "problem": why}, identity(SUMMARY, run_fd)
+            return {"run": name, "state": "damaged", "problem": why}, fs.version((SUMMARY,), at=run_fd)
         if summary is None:
             if os.path.lexists(os.path.join(folder, LOG)):
                 return {"run": name, "state": "damaged", "problem": f"facts but no {SUMMARY}"}, None
             return None, None  # a folder being created, or not a run
         summary["run"] = name
-        short = log_short(folder, summary.get("log_bytes") or 0, at=run_fd)
+        short = log_short(folder, summary.get("log_bytes") or 0, run_fd, fs)
         if short is not None:  # damaged, but what the summary says still lists (the log reads up to the cut)
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
             return summary, None  # what the log holds says so, not the summary alone
-        if summary["state"] == "running" and not holder_alive(folder, at=run_fd):
+        if summary["state"] == "running" and not holder_alive(folder, run_fd, fs):
             summary["state"], summary["cause"] = "interrupted", LOST
         return summary, ident
     finally:
-        os.close(run_fd)
+        fs.close(run_fd)
