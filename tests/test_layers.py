@@ -168,3 +168,48 @@ def test_an_import_written_as_a_string_is_seen(tmp_path, line):
     (tmp_path / "record" / "_plain.py").write_text('import_module("somatize._base.errors")\n')
     wrong = upward_imports(tmp_path)
     assert len(wrong) == 1 and wrong[0].startswith("somatize/record/_sneaky.py:6 (record) imports"), wrong
+
+
+def reached_privates(root):
+    """'somatize/<file>:<line> ... ' for each underscore name of another
+    package that a module imports (``from ..record._queries import _Run``)
+    or reads off a module of another package it imported
+    (``_svg._text(...)``). A package's private modules are its own business;
+    a name one package offers another is public (no underscore)."""
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        here = rel.parts[0] if len(rel.parts) > 1 else "__init__"
+        tree = ast.parse(path.read_text(), str(path))
+        modules = {}  # a name bound to another package's module -> that module
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            parts = list(rel.parts[:-1])[: len(rel.parts) - node.level] + (node.module or "").split(".")
+            parts = [p for p in parts if p]
+            if (parts[0] if parts else "__init__") == here:
+                continue
+            for a in node.names:
+                if a.name.startswith("_") and len(parts) > 1:
+                    wrong.append(f"somatize/{rel.as_posix()}:{node.lineno} imports {'.'.join(parts)}.{a.name}")
+                modules[a.asname or a.name] = ".".join([*parts, a.name])
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                wrong.append(f"somatize/{rel.as_posix()}:{node.lineno} reads {modules[node.value.id]}.{node.attr}")
+    return wrong
+
+
+def test_no_module_reaches_for_another_packages_private_name():
+    assert reached_privates(ROOT) == []
+
+
+def test_a_private_name_of_another_package_is_seen(tmp_path):
+    (tmp_path / "_widgets").mkdir()
+    (tmp_path / "_widgets" / "_sneaky.py").write_text(
+        "from .._pictures import _svg\nfrom ..record._queries import _Run\nfrom . import _own\n\n\n"
+        "def draw():\n    return _svg._text(0, 0, 'x'), _own._fine, _svg.public\n")
+    assert reached_privates(tmp_path) == [
+        "somatize/_widgets/_sneaky.py:2 imports record._queries._Run",
+        "somatize/_widgets/_sneaky.py:7 reads _pictures._svg._text",
+    ]

@@ -2,7 +2,7 @@
 curve that shows a finding (``curve``).
 
 The rule kept here: read the record only, through its one reader
-(``record._queries._Run``: verified series, a live Recorder's pending points
+(``record._queries.RunRecord``: verified series, a live Recorder's pending points
 from memory), so the same record gives the same arrays in any process.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._base.errors import SomatizeKeyError
-from ..record._queries import _Run
+from ..record._queries import RunRecord
 
 UPDATE = ("grad_norm", "weight_norm", "update_norm", "grad_zeros")  # one point each per recorded update
 OUTPUT = ("out_zeros", "out_saturated")  # one point per recorded forward
@@ -46,7 +46,7 @@ class Record:
 
 
 def read(store, run) -> Record:
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     r.needs_summary()
     names = r.series_names()
     loss_points = r.series("loss") if "loss" in names else None

@@ -9,7 +9,7 @@ weighs a few tens of kilobytes.
 
 from __future__ import annotations
 
-from ._svg import GRID, INK, MUTED, SERIES, WIDE, _fit, _text, svg_open
+from ._svg import GRID, INK, MUTED, SERIES, WIDE, _fit, svg_open, svg_text
 
 HEIGHT = 300
 MISSING_LABEL = "no value"
@@ -52,10 +52,10 @@ def parallel_svg(data, *, title, missing_at=-0.12, width=WIDE, height=HEIGHT):
         for place, label in axis["ticks"]:
             y = py(place)
             parts.append(f'<line x1="{x - 4:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{y:.1f}" style="stroke:{MUTED}"/>')
-            parts.append(_text(x - 6, y + 4, _fit(str(label), col * 0.55, 11), 11, INK, "end",
+            parts.append(svg_text(x - 6, y + 4, _fit(str(label), col * 0.55, 11), 11, INK, "end",
                                extra='class="tick"'))
         if axis.get("lacks"):
-            parts.append(_text(x - 6, py(missing_at) + 4, MISSING_LABEL, 10, MUTED, "end", extra='class="tick"'))
+            parts.append(svg_text(x - 6, py(missing_at) + 4, MISSING_LABEL, 10, MUTED, "end", extra='class="tick"'))
             parts.append(f'<circle cx="{x:.1f}" cy="{py(missing_at):.1f}" r="2" style="fill:{MUTED}"/>')
         if axis["brush"] is not None:
             a, b = axis["brush"]
@@ -63,8 +63,8 @@ def parallel_svg(data, *, title, missing_at=-0.12, width=WIDE, height=HEIGHT):
             parts.append(f'<rect class="brush" x="{x - 7:.1f}" y="{y0:.1f}" width="14" '
                          f'height="{max(2.0, y1 - y0):.1f}" rx="2" '
                          f'style="fill:{SERIES[0]};fill-opacity:0.22;stroke:{SERIES[0]};stroke-width:1"/>')
-        parts.append(_text(x, 16, _fit(axis["label"], col - 4, 12), 12, INK, "middle", "600", 'class="axis-label"'))
-        parts.append(_text(x, 31, axis["note"], 11, MUTED, "middle", extra='class="axis-note"'))
+        parts.append(svg_text(x, 16, _fit(axis["label"], col - 4, 12), 12, INK, "middle", "600", 'class="axis-label"'))
+        parts.append(svg_text(x, 31, axis["note"], 11, MUTED, "middle", extra='class="axis-note"'))
     parts.append(f'<line x1="{side}" y1="{top_m - 6}" x2="{width - side}" y2="{top_m - 6}" style="stroke:{GRID}"/>')
     parts.append("</svg>")
     return "".join(parts)

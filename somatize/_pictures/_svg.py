@@ -75,7 +75,8 @@ def svg_open(width, height, label):
             f'aria-label="{escape(label)}"><rect class="ground" width="100%" height="100%" style="fill:{SURFACE}"/>')
 
 
-def _text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""):
+def svg_text(x, y, s, size=12, color=INK, anchor="start", weight="normal", extra=""):
+    """An SVG ``<text>`` of ``s`` (escaped) at ``x``, ``y``: its size, fill, anchor and weight."""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" style="fill:{color}" '
         f'text-anchor="{anchor}" font-weight="{weight}" {extra}>{escape(str(s))}</text>'
@@ -91,7 +92,7 @@ def line_chart(data, *, width=WIDE, height=260, legend=True):
     w, h = width - left - right, height - top - bottom
     parts = [svg_open(width, height, f"{data['ylabel']} over {data['xlabel']}")]
     if data["y"] is None:
-        parts.append(_text(left + w / 2, top + h / 2, "no values yet", 13, MUTED, "middle"))
+        parts.append(svg_text(left + w / 2, top + h / 2, "no values yet", 13, MUTED, "middle"))
         parts.append("</svg>")
         return "".join(parts)
     (x0, x1), (y0, y1) = data["x"], data["y"]
@@ -106,14 +107,14 @@ def line_chart(data, *, width=WIDE, height=260, legend=True):
     for t, label in data["xticks"]:
         X = px(t)
         parts.append(f'<line x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" style="stroke:{GRID}"/>')
-        parts.append(_text(X, top + h + 16, label, 11, MUTED, "middle", extra='class="tick"'))
+        parts.append(svg_text(X, top + h + 16, label, 11, MUTED, "middle", extra='class="tick"'))
     for t, label in data["yticks"]:
         Y = py(t)
         parts.append(f'<line x1="{left}" y1="{Y:.1f}" x2="{left + w}" y2="{Y:.1f}" style="stroke:{GRID}"/>')
-        parts.append(_text(left - 6, Y + 4, label, 11, MUTED, "end", extra='class="tick"'))
+        parts.append(svg_text(left - 6, Y + 4, label, 11, MUTED, "end", extra='class="tick"'))
     parts.append(f'<rect x="{left}" y="{top}" width="{w}" height="{h}" style="fill:none;stroke:{GRID}"/>')
-    parts.append(_text(left + w / 2, height - 8, data["xlabel"], 12, INK, "middle"))
-    parts.append(_text(14, top + h / 2, data["ylabel"], 12, INK, "middle",
+    parts.append(svg_text(left + w / 2, height - 8, data["xlabel"], 12, INK, "middle"))
+    parts.append(svg_text(14, top + h / 2, data["ylabel"], 12, INK, "middle",
                        extra=f'transform="rotate(-90 14 {top + h / 2:.1f})"'))
     clip = f"clip-{id(data)}"
     parts.append(f'<clipPath id="{clip}"><rect x="{left}" y="{top}" width="{w}" height="{h}"/></clipPath>')
@@ -141,12 +142,12 @@ def line_chart(data, *, width=WIDE, height=260, legend=True):
         X = px(m["x"])
         parts.append(f'<line class="mark" x1="{X:.1f}" y1="{top}" x2="{X:.1f}" y2="{top + h}" '
                      f'style="stroke:{BAD};stroke-dasharray:4 3"/>')
-        parts.append(_text(X - 4, top + h - 6, m["label"], 11, BAD, "end"))  # at the foot: a diverging line is high
+        parts.append(svg_text(X - 4, top + h - 6, m["label"], 11, BAD, "end"))  # at the foot: a diverging line is high
     if legend and len(data["series"]) > 1:
         for i, s in enumerate(data["series"]):
             Y = top + 12 + i * 16
             parts.append(f'<rect x="{left + w - 150}" y="{Y - 5}" width="14" height="3" style="fill:{s["color"]}"/>')
-            parts.append(_text(left + w - 130, Y, s["name"], 11, INK))
+            parts.append(svg_text(left + w - 130, Y, s["name"], 11, INK))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -234,10 +235,10 @@ def bars_svg(rows, *, title, unit_label):
     body, y = [], 8
     for r in rows:
         w = max(1.0, r["value"] * per)
-        body.append(_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
+        body.append(svg_text(left - 8, y + bar_h - 5, r["label"], 12, INK, "end"))
         body.append(f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
                     f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
-        body.append(_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
+        body.append(svg_text(left + w + 6, y + bar_h - 5, r["text"], 11, MUTED))
         if r.get("parts"):
             body.extend(_part_rects(r["parts"], left, y, bar_h, per))
             legend, last = _part_legend(r["parts"], left, y + bar_h + 4, width - left)
@@ -245,7 +246,7 @@ def bars_svg(rows, *, title, unit_label):
             y = last + 16 - bar_h - 4
         y += bar_h + gap
     height = y + 20
-    return "".join([svg_open(width, height, title), *body, _text(left, height - 4, unit_label, 11, MUTED), "</svg>"])
+    return "".join([svg_open(width, height, title), *body, svg_text(left, height - 4, unit_label, 11, MUTED), "</svg>"])
 
 
 def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
@@ -258,11 +259,11 @@ def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
     body, y = [], 4
     for r in rows:
         w = max(1.0, r["value"] * per)
-        body.append(_text(0, y + 11, _fit(r["label"], width, 12), 12, INK))
+        body.append(svg_text(0, y + 11, _fit(r["label"], width, 12), 12, INK))
         y += 15
         body.append(f'<rect class="bar" x="0" y="{y}" width="{w:.1f}" height="{bar_h}" rx="2" '
                     f'style="fill:{r["color"]}"{_data_attrs(r.get("data"))}>{_tip(r.get("tip"))}</rect>')
-        body.append(_text(w + 6, y + bar_h - 3, _fit(r["text"], width - w - 6, 11), 11, MUTED))
+        body.append(svg_text(w + 6, y + bar_h - 3, _fit(r["text"], width - w - 6, 11), 11, MUTED))
         if r.get("parts"):
             body.extend(_part_rects(r["parts"], 0, y, bar_h, per))
             legend, last = _part_legend(r["parts"], 0, y + bar_h + 4, width)
@@ -270,7 +271,7 @@ def bars_svg_narrow(rows, *, title, unit_label, width=NARROW):
             y = last + 14 - bar_h - 4
         y += bar_h + 10
     height = y + 16
-    return "".join([svg_open(width, height, title), *body, _text(0, height - 4, unit_label, 11, MUTED), "</svg>"])
+    return "".join([svg_open(width, height, title), *body, svg_text(0, height - 4, unit_label, 11, MUTED), "</svg>"])
 
 
 def _fit(text, room, size):
@@ -305,7 +306,7 @@ def _part_legend(cut, left, top, room):
             said, line = 0.0, line + 14
         shade = f'fill:{p["color"]};fill-opacity:{p["opacity"]}'
         out.append(f'<rect x="{left + said:.1f}" y="{line}" width="9" height="9" style="{shade}"/>')
-        out.append(_text(left + said + 12, line + 8, p["text"], 10, MUTED, extra='class="part-text"'))
+        out.append(svg_text(left + said + 12, line + 8, p["text"], 10, MUTED, extra='class="part-text"'))
         said += need
     return out, line
 
@@ -323,13 +324,13 @@ def timeline_svg(spans, total_us, *, width=None):
     for t in ticks(0, total, 5):
         X = left + t / total * w
         parts.append(f'<line x1="{X:.1f}" y1="4" x2="{X:.1f}" y2="{height - 34}" style="stroke:{GRID}"/>')
-        parts.append(_text(X, height - 20, duration_us(t), 11, MUTED, "middle"))
+        parts.append(svg_text(X, height - 20, duration_us(t), 11, MUTED, "middle"))
     for i, (label, began, took, color) in enumerate(spans):
         y = 6 + i * lane
-        parts.append(_text(left - 8, y + 12, _fit(label, left - 10, 12), 12, INK, "end"))
+        parts.append(svg_text(left - 8, y + 12, _fit(label, left - 10, 12), 12, INK, "end"))
         parts.append(f'<rect class="span" x="{left + began / total * w:.1f}" y="{y}" '
                      f'width="{max(1.5, took / total * w):.1f}" height="{lane - 6}" rx="2" style="fill:{color}">'
                      f'{_tip(f"{label}: began at {duration_us(began)}, took {duration_us(took)}")}</rect>')
-    parts.append(_text(left + w / 2, height - 3, "time since the forward began", 11, MUTED, "middle"))
+    parts.append(svg_text(left + w / 2, height - 3, "time since the forward began", 11, MUTED, "middle"))
     parts.append("</svg>")
     return "".join(parts)

@@ -154,7 +154,7 @@ def _node_svg(n):
         return (f'<g class="node io" data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" '
                 f'height="{H}" rx="6" style="fill:{_svg.SURFACE};stroke:{_svg.GRID};stroke-width:1.2" '
                 f'stroke-dasharray="4 3"/>'
-                f'{_svg._text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
+                f'{_svg.svg_text(x + NODE_W / 2, y + H / 2 + 4, n["label"], 12, _svg.MUTED, "middle")}</g>')
     t = n.get("timing")
     slow = bool(t and t.get("slowest"))
     stroke = f'style="fill:{_svg.RAISED};stroke:{_svg.SLOW};stroke-width:2"' if slow else \
@@ -163,9 +163,9 @@ def _node_svg(n):
              f'<title>{escape(_tip(n))}</title>'
              f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{H}" rx="6" '
              f'{stroke}/>',
-             _svg._text(x + 10, y + 18, fit(n["label"], NODE_W - 20 - _badges_w(n), 13 * BOLD), 13, _svg.INK,
+             _svg.svg_text(x + 10, y + 18, fit(n["label"], NODE_W - 20 - _badges_w(n), 13 * BOLD), 13, _svg.INK,
                         weight="600"),
-             _svg._text(x + 10, y + 34, fit(n["class"], NODE_W - 20, 11 * CHAR), 11, _svg.MUTED)]
+             _svg.svg_text(x + 10, y + 34, fit(n["class"], NODE_W - 20, 11 * CHAR), 11, _svg.MUTED)]
     bx = x + NODE_W - 6
     for badge, color in BADGES:
         if n[badge]:
@@ -173,12 +173,12 @@ def _node_svg(n):
             bx -= bw
             parts.append(f'<rect class="badge-{badge}" x="{bx:.1f}" y="{y + 5}" width="{bw:.1f}" height="14" '
                          f'rx="7" style="fill:{color}"/>')
-            parts.append(_svg._text(bx + bw / 2, y + 15.5, badge, 10, "#fff", "middle", "600"))
+            parts.append(_svg.svg_text(bx + bw / 2, y + 15.5, badge, 10, "#fff", "middle", "600"))
             bx -= 3
     if t:
         share = t.get("share") or 0.0
         color = _svg.SLOW if slow else _svg.SERIES[0]
-        parts.append(_svg._text(x + 10, y + 50, f"{_svg.duration_us(t['mean_us'])} a forward · {share:.0%}", 11,
+        parts.append(_svg.svg_text(x + 10, y + 50, f"{_svg.duration_us(t['mean_us'])} a forward · {share:.0%}", 11,
                                 color if slow else _svg.INK, weight="600" if slow else "normal",
                                 extra='class="timing"'))
         # The share of the run as a bar along the node's foot: the slow node is seen before it is read.

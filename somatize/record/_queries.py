@@ -46,7 +46,7 @@ TAIL_LIMIT = 1 << 26  # bytes read past the last completed flush: one flush's wo
 _SHAPED: set = set()  # (folder, index bytes, xxh3, log bytes) whose shape was checked
 
 
-class _Run:
+class RunRecord:
     """One run as a query reads it: its folder, the summary of its last
     completed flush (what the files hold), and a live Recorder's pending facts."""
 
@@ -213,7 +213,7 @@ class _Run:
 def facts(store, run, forward=None) -> list[dict]:
     """The facts of one forward (counted from 0) in order; all facts when
     ``forward`` is None."""
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     entries, count = r.entries()
     if forward is None:
         chosen = entries
@@ -263,7 +263,7 @@ def curve(store, run, name="loss"):
     if not isinstance(name, str):
         raise SomatizeTypeError(f"curve(store, run, name): name is the name of a fact (a str), like \"loss\"; "
                                 f"got {type(name).__name__} {name!r:.60}")
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     r.needs_summary()
     points = _points(r, name)
     index = pd.Index(np.ascontiguousarray(points["forward"]), name="forward", copy=False)
@@ -304,7 +304,7 @@ def steps_of(store, run, c) -> np.ndarray:
 def curve_names(store, run):
     """The names of ``run``'s curves (its numeric facts' series), sorted;
     nothing but the summary is read."""
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     r.needs_summary()
     return [n for n in r.series_names() if n != TOOK]
 
@@ -325,7 +325,7 @@ def forwards(store, run):
     Rows: the forwards the summary counts (bounded by the log's bytes)."""
     import pandas as pd
 
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     r.needs_summary()
     r.needs_whole_log()
     rows = r.summary["forwards"]
@@ -347,7 +347,7 @@ def nodes(store, run):
     call, max) and its ``share`` of all node time."""
     import pandas as pd
 
-    r = _Run(store, run)
+    r = RunRecord(store, run)
     r.needs_summary()
     rows = []
     for node, a in r.summary["nodes"].items():
