@@ -183,9 +183,14 @@ def reached_privates(root):
         tree = ast.parse(path.read_text(), str(path))
         modules = {}  # a name bound to another package's module -> that module
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.ImportFrom) and node.level):
+            if not isinstance(node, ast.ImportFrom):
                 continue
-            parts = list(rel.parts[:-1])[: len(rel.parts) - node.level] + (node.module or "").split(".")
+            if node.level:
+                parts = list(rel.parts[:-1])[: len(rel.parts) - node.level] + (node.module or "").split(".")
+            elif (node.module or "").split(".")[0] == "somatize":  # written whole: somatize.record._queries
+                parts = node.module.split(".")[1:]
+            else:
+                continue
             parts = [p for p in parts if p]
             if (parts[0] if parts else "__init__") == here:
                 continue
@@ -208,8 +213,95 @@ def test_a_private_name_of_another_package_is_seen(tmp_path):
     (tmp_path / "_widgets").mkdir()
     (tmp_path / "_widgets" / "_sneaky.py").write_text(
         "from .._pictures import _svg\nfrom ..record._queries import _Run\nfrom . import _own\n\n\n"
-        "def draw():\n    return _svg._text(0, 0, 'x'), _own._fine, _svg.public\n")
-    assert reached_privates(tmp_path) == [
+        "def draw():\n    from somatize.record._queries import _rows\n\n"
+        "    return _svg._text(0, 0, 'x'), _own._fine, _svg.public\n")
+    assert sorted(reached_privates(tmp_path)) == [
         "somatize/_widgets/_sneaky.py:2 imports record._queries._Run",
-        "somatize/_widgets/_sneaky.py:7 reads _pictures._svg._text",
+        "somatize/_widgets/_sneaky.py:7 imports record._queries._rows",
+        "somatize/_widgets/_sneaky.py:9 reads _pictures._svg._text",
     ]
+
+
+def module_imports(root):
+    """{module: the somatize modules it imports}, every import read (lazy
+    ones inside functions too), a module named by the dotted path under
+    ``root`` ("record._queries"; a package by its folder, "record")."""
+    def name_of(path):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name_of(p): p for p in root.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - (node.level - 1)] + (node.module or "").split(".")
+                elif (node.module or "").split(".")[0] == "somatize":
+                    base = node.module.split(".")[1:]
+                else:
+                    continue
+                base = [p for p in base if p]
+                for a in node.names:
+                    whole = ".".join([*base, a.name])
+                    found.add(whole if whole in modules else ".".join(base))
+        # a module's own package (its __init__) runs first whatever it imports: not a circle
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(f"{m}.")
+                       and m != ""}
+    return graph
+
+
+def circles(graph):
+    """The import circles of ``graph``: each a sorted list of the modules in
+    one strongly connected part of it (Tarjan's, without recursion)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            here, targets = work[-1]
+            for there in targets:
+                if there not in index:
+                    index[there] = low[there] = counter
+                    counter += 1
+                    stack.append(there)
+                    on.add(there)
+                    work.append((there, iter(sorted(graph[there]))))
+                    break
+                if there in on:
+                    low[here] = min(low[here], index[there])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[here])
+                if low[here] == index[here]:
+                    part = []
+                    while True:
+                        m = stack.pop()
+                        on.discard(m)
+                        part.append(m)
+                        if m == here:
+                            break
+                    if len(part) > 1:
+                        found.append(sorted(part))
+    return found
+
+
+def test_no_import_circle():
+    assert circles(module_imports(ROOT)) == []
+
+
+def test_an_import_circle_is_seen(tmp_path):
+    (tmp_path / "record").mkdir()
+    (tmp_path / "record" / "_a.py").write_text("from . import _b\n")
+    (tmp_path / "record" / "_b.py").write_text("def later():\n    from ._c import x\n")
+    (tmp_path / "record" / "_c.py").write_text("from somatize.record._a import y\n")
+    (tmp_path / "record" / "_d.py").write_text("from . import _a\n")
+    assert circles(module_imports(tmp_path)) == [["record._a", "record._b", "record._c"]]

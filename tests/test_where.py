@@ -429,10 +429,10 @@ def test_a_query_asked_of_whole_columns_answers_as_asked_row_by_row(seed):
 
 def test_the_oracle_answers_the_same_asked_of_whole_columns(store):
     from somatize.record._columns import QUERY_STATS
-    from somatize.record._queries import _rows
+    from somatize.record._queries import table_rows
     from somatize.record._where import Columns, matching
 
-    rows = _rows(store, QUERY_STATS)
+    rows = table_rows(store, QUERY_STATS)
     columns = Columns(rows)
     for query, want in ORACLE:
         assert {r["run"] for r in matching(rows, query, columns=columns)} == set(want), query

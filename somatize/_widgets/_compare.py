@@ -4,7 +4,7 @@ by side, as an explorer whose brushes are a query.
 The rule it keeps: the brushes, the query and the selection are one thing.
 A brush is turned into a query in the grammar of ``record/_where``
 (``explorer.where``), and the selection is that query's answer over the
-runs' rows, made by ``record/_queries.frame`` as ``runs()`` makes its table:
+runs' rows, made by ``record/_frame.frame`` as ``runs()`` makes its table:
 ``runs(store, where=explorer.where)`` gives the very runs of
 ``explorer.selected``. Setting ``explorer.where`` keeps the text as given
 (its answer is the selection) and moves the brushes to show it.
@@ -262,6 +262,9 @@ class Explorer:
     same runs), settable; ``axes``: the columns drawn, the metric first;
     ``importance``: each key's |rank correlation| with the metric."""
 
+    MISSING = MISSING  # where its view draws a run without an axis's value
+    CURVES = CURVES  # curves its view draws at most
+
     def __init__(self, store, where, metric):
         from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
         from somatize.record import _columns, _table, _where
@@ -332,7 +335,7 @@ class Explorer:
     @property
     def selected(self):
         """The selected runs' table, made as ``runs()`` makes its own."""
-        from somatize.record._queries import frame
+        from somatize.record._frame import frame
 
         return frame([r for r, m in zip(self.rows, self.mask) if m])
 

@@ -25,7 +25,6 @@ import ipywidgets as w
 import numpy as np
 
 from .._pictures._parallel import span
-from ._compare import CURVES, MISSING
 
 BRUSH = "#2563eb"  # the brand colour's light value: bqplot takes no CSS variable
 HEIGHT = "320px"
@@ -123,7 +122,8 @@ class ExplorerView:
     def __init__(self, explorer):
         self.explorer = explorer
         self._moving = False
-        lo, hi = span(explorer.missing, MISSING)
+        missing = explorer.MISSING  # where a run without an axis's value is drawn
+        lo, hi = span(explorer.missing, missing)
         self.y = bq.LinearScale(min=lo, max=hi)
         self.columns, self.selectors, self.marks, self.labels, self.stacks, self.ticks = [], [], [], [], [], []
         self._class = f"somatize-explorer-{next(_VIEWS)}"  # this view's lines' stroke width (draw) is its own
@@ -138,10 +138,10 @@ class ExplorerView:
             # would meet a pixel or two apart, a visible jog on a steep line.
             marks = {g: bq.Lines(x=[], y=[], scales={"x": x, "y": self.y}, stroke_width=0, apply_clip=True)
                      for g in (i - 1, i) if 0 <= g < count - 1}
-            places = [p for p, _ in axis.ticks] + ([MISSING] if (axis.places == MISSING).any() else [])
+            places = [p for p, _ in axis.ticks] + ([missing] if (axis.places == missing).any() else [])
             labelled = [(p, _cut(str(t))) for p, t in _thinned(axis.ticks)]
-            if (axis.places == MISSING).any():
-                labelled.append((MISSING, "no value"))
+            if (axis.places == missing).any():
+                labelled.append((missing, "no value"))
             # The axis draws its ticks and no text: bqplot draws a figure's axes under its marks, so
             # the lines ending at a tick would run over its label.
             ax = bq.Axis(scale=self.y, side="left", grid_lines="none",
@@ -172,7 +172,7 @@ class ExplorerView:
         self.head = w.HTML()
         self.curve_x, self.curve_y = bq.LinearScale(), bq.LinearScale()
         self.curve_lines = [bq.Lines(x=[], y=[], scales={"x": self.curve_x, "y": self.curve_y}, stroke_width=1.75,
-                                     visible=False) for _ in range(CURVES)]
+                                     visible=False) for _ in range(explorer.CURVES)]
         self.curve_axes = [bq.Axis(scale=self.curve_x, label="step", grid_lines="dashed"),
                            bq.Axis(scale=self.curve_y, side="left", label=explorer.fact or "",
                                    grid_lines="dashed")]

@@ -138,12 +138,12 @@ class Progress:
         ``RAMP`` by rank; a run without the column is a group of its own (—)."""
         from somatize._base.errors import SomatizeKeyError, SomatizeTypeError
         from somatize.record._columns import QUERY_STATS
-        from somatize.record._queries import _rows
+        from somatize.record._queries import table_rows
 
         if not isinstance(column, str):
             raise SomatizeTypeError(f"group={column!r}: give a column of runs(store) as a str, e.g. "
                                     f"group='config.lr'")
-        rows = {r["run"]: r for r in _rows(store, QUERY_STATS)}
+        rows = {r["run"]: r for r in table_rows(store, QUERY_STATS)}
         if not any(column in rows.get(run, ()) for run in self.runs):
             known = sorted({c for run in self.runs for c in rows.get(run, ()) if c.startswith("config.")})
             raise SomatizeKeyError(f"group={column!r}: none of these runs has that column; their config "

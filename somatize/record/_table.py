@@ -130,15 +130,15 @@ class Table:
         lists and dicts too, before handing it out, as ``runs()`` does; so
         the frame kept shares the rows' own, not copies of them)."""
         if self._frame is None:
-            from ._queries import frame
+            from ._frame import frame
 
             self._frame = frame(self.rows, nested=())
         return self._frame
 
     def nested(self) -> list[str]:
-        """The columns holding a list or a dict (``_queries.nested_columns``):
+        """The columns holding a list or a dict (``_frame.nested_columns``):
         what a copy of the frame handed out must copy too."""
-        from ._queries import nested_columns
+        from ._frame import nested_columns
 
         if self._nested is None:
             self._nested = nested_columns(self.rows)
