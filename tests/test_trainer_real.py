@@ -267,11 +267,10 @@ def test_a_watched_step_reads_nothing_off_the_device_the_losses_are_read_in_bulk
 def test_a_watched_step_stays_a_few_calls_of_our_own_counted_not_timed(tmp_path, instruments, budget):
     """The step's cost under a Recorder, counted where a clock would only be
     noise: every call into somatize's own Python over 64 steady steps (reads
-    and the instruments' recorded updates 120 and 160 among them). Today 14.4
-    a step (17.1 with the instruments; 18.3 and 22.0 before each node's Ctx
-    was made once and one due() a step): the engine's two nodes, the
-    Trainer's step, the facts held, the modes check. A new call a step must
-    be argued for (bench/RESULTS.md, stop 25: counted, the step path did not grow)."""
+    and the instruments' recorded updates 120 and 160 among them): the
+    engine's two nodes, the Trainer's step, the facts held, the modes check.
+    A new call a step must be argued for (bench/bench_step.py measures what
+    it costs)."""
     root = os.path.dirname(somatize.__file__)
     g = built()
     rec = Recorder(Store(tmp_path / "s"), run="r")

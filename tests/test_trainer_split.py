@@ -53,7 +53,7 @@ def test_a_watched_step_says_its_objective_backward_and_update_inside_its_traine
 
 
 def test_the_clocks_are_said_on_the_first_ten_steps_and_every_twentieth_not_on_every_step():
-    """Five facts every step cost a Recorder-watched step ~12 µs (bench/RESULTS.md, Trainer):
+    """Five facts every step cost a Recorder-watched step time (bench/bench_step.py):
     the Trainer says its clocks on the first 10 steps, every 20th, and (whatever the index)
     a second after the last that did."""
     seen = []
