@@ -282,3 +282,26 @@ def test_the_instruments_values_are_a_hand_written_loops_norms_and_shares(read_e
                 assert g_[fact] == pytest.approx(w[fact], rel=1e-12, abs=0), fact  # counts: exact, 1 - n/N
             else:
                 assert g_[fact] == pytest.approx(w[fact], rel=1e-6), fact  # float32 norms, summed otherwise
+
+
+@pytest.mark.parametrize("setting", [{}, {"device": "cpu"}, {"read_every": 1}, {"watched": True}])
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_step_one_piece_is_the_hand_written_loop_bit_for_bit_whatever_else_is_set(kind, setting):
+    """A step that is its group in one piece (every=1, micro=1) takes one
+    path whatever else is set: its loss is the objective's, never weighed,
+    so float64 batches of 49 (where 49 * (1 / 49) is not 1) train bit for
+    bit as the hand-written loop does, with device= too."""
+    seen, setting = [], dict(setting)
+    if setting.pop("watched", False):
+        setting["watching"] = seen.append  # the instruments on, the clocks said
+    g = built(dtype=torch.float64)
+    oracle = Oracle(g, kind)
+    trainer = Trainer(g, MSE, trained_optimizer(kind, g), **setting)
+    for b in batches(6, n=49, dtype=torch.float64, seed=11):
+        trainer.step(b)
+        oracle.update([b])
+    want = oracle.weights()
+    for node, named in trainer.export().items():
+        for k, t in named.items():
+            assert torch.equal(t, want[node][k]), (node, k)
+    assert trainer.updates == 6 and ("watching" not in setting or any(f["fact"] == "grad_norm" for f in seen))

@@ -32,6 +32,23 @@ from time import perf_counter_ns
 
 import torch
 
+from .._base.errors import SomatizeValueError
+
+
+def backward(loss, index):
+    """``loss.backward()`` of step ``index``; a loss that depends on no
+    trainable parameter is refused, saying so."""
+    try:
+        loss.backward()
+    except RuntimeError:
+        # asked only once backward refused, not on every step
+        if not loss.requires_grad:
+            raise SomatizeValueError(
+                f"step {index}: the loss does not depend on any trainable parameter, so there "
+                "is nothing to train. Is every node frozen, or does the objective detach its input?"
+            ) from None
+        raise
+
 
 class BackwardClock:
     """Notes when each node's output gradient arrives, on the steps it is

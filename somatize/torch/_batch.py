@@ -67,6 +67,14 @@ def pair(batch, keys):
     return x, y
 
 
+def taken(batch, keys, device):
+    """``(x, y)`` of ``batch`` (``pair``), moved to ``device`` unless it is None."""
+    x, y = pair(batch, keys)
+    if device is not None:
+        x, y = moved(x, device), moved(y, device)
+    return x, y
+
+
 def moved(value, device):
     """``value`` with every tensor in it on ``device`` (tuples, lists and mappings walked)."""
     if isinstance(value, torch.Tensor):
@@ -78,3 +86,22 @@ def moved(value, device):
     if isinstance(value, list):
         return [moved(v, device) for v in value]
     return value
+
+
+def checked_device(device, params):
+    """``device=`` as a ``torch.device`` (or None), after checking the
+    optimizer's ``params`` are there already."""
+    if device is None:
+        return None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise SomatizeValueError(f"device={device!r:.40}: {e}; give one like 'cuda', 'cuda:1' or 'cpu'") from None
+    away = next((p for p in params if p.device.type != device.type
+                 or device.index is not None and p.device.index != device.index), None)
+    if away is not None:
+        raise SomatizeValueError(
+            f"device={str(device)!r}, but the optimizer's parameters are on {away.device}: move the "
+            f"graph's modules there first (module.to({str(device)!r})), then build the optimizer"
+        )
+    return device

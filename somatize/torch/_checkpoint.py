@@ -20,8 +20,8 @@ epoch drew its order with) is gathered to rank 0 and kept as ``ranks``, a
 list in rank order (``per_rank``); every rank reads the checkpoint and takes
 its own part (``own_part``). It resumes on the same number of ranks only.
 
-These functions turn values into the kept form and back; the Trainer
-(``_trainer.py``) owns its counters and decides what to put where.
+``Checkpoints`` keeps and puts back everything but the Trainer's counters
+and where ``fit`` stands, which the Trainer hands in and is handed back.
 """
 
 from __future__ import annotations
@@ -29,10 +29,100 @@ from __future__ import annotations
 import torch
 
 from .._base.errors import SomatizeTypeError, SomatizeValueError
+from .._store.store import as_store
+from ._group import positive_int
+from ._weights import export, load
 
 FORMAT = 2
 FIELDS = frozenset(("format", "counters", "fit", "weights", "optimizer", "grads", "schedule", "scaler", "rng",
                     "also", "watchers"))
+
+
+class Checkpoints:
+    """A Trainer's checkpoints: the name (``checkpoint=``) and how often
+    (``every``, steps) they are kept in the Trainer's store, and what goes in
+    beside the counters and where ``fit`` stands: the weights of ``g``,
+    ``optimizer``'s state, the gradients of ``params``, the schedule's and
+    fp16's scaler's state (the Trainer's, handed in), torch's RNG streams,
+    the states of ``also`` (``checkpoint_also=``), the positions of the
+    ``watchers`` that can resume (``checkpoint()`` and ``rewind(position)``);
+    data parallel (``ranks``), each rank's own part."""
+
+    def __init__(self, store, name, every, also, watchers, g, optimizer, params, ranks):
+        self.also = checked_also(also)
+        self.name = checked_name(store, name, every)
+        self.every = None if every is None else positive_int("checkpoint_every", every)
+        self.watchers = [w for w in watchers if callable(getattr(w, "checkpoint", None))
+                         and callable(getattr(w, "rewind", None))]
+        self.g, self.optimizer, self.params, self.ranks = g, optimizer, params, ranks
+
+    def where(self, default, store, name):
+        """``(the Store, the name)`` a checkpoint is kept under or resumed
+        from: ``store`` and ``name``, or the Trainer's (``default`` and
+        ``checkpoint=``)."""
+        store = default if store is None else store
+        name = self.name if name is None else name
+        if store is None or name is None:
+            raise SomatizeValueError(
+                "checkpoint()/resume() need a store and a name: write trainer.checkpoint(store, "
+                "'a-run/checkpoint'), or make the Trainer with store= and checkpoint="
+            )
+        return as_store(store), name
+
+    def keep(self, store, name, counters, fit, fit_rng, schedule, scaler):
+        """Keep a checkpoint in ``store`` under ``name``: ``counters`` and
+        ``fit`` (where fit stands, or None) as given, ``fit_rng`` the RNG as
+        fit's epoch drew its order (each rank's own), ``schedule`` and
+        ``scaler`` the Trainer's. Returns the digest; data parallel, every
+        rank calls it (a collective) and rank 0 alone writes and returns it,
+        the others None."""
+        value = {
+            "format": FORMAT,
+            "counters": counters,
+            "fit": fit,
+            "weights": export(self.g),
+            "optimizer": optimizer_state(self.optimizer),
+            "grads": grads(self.params),
+            "schedule": None if schedule is None else schedule.state_dict(),
+            "scaler": None if scaler is None else scaler.state_dict(),
+            "rng": rng(),
+            "also": [state_of(obj) for obj in self.also],
+            "watchers": [w.checkpoint() for w in self.watchers],
+        }
+        ranks = self.ranks
+        if ranks is not None:  # one checkpoint for the job, written by rank 0
+            value["ranks"] = per_rank(ranks, self.params, fit_rng)
+            if ranks.rank != 0:
+                return None
+        return store.keep(name, value)
+
+    def put_back(self, store, name, schedule, scaler):
+        """Put back everything the checkpoint kept under ``name`` holds but
+        the counters and where fit stood, which it returns: ``(counters,
+        fit)``; each watcher that can resume is rewound to its position.
+        Returns None, changing nothing, when nothing is kept under the name."""
+        if store.lookup(name) is None:
+            return None
+        value = checked(store.recall(name), name, store, self.params, schedule, scaler, self.also, self.watchers)
+        mine = own_part(value, self.ranks, name)
+        if mine is not None:  # this rank's own streams and gradients
+            value["rng"], value["grads"] = mine["rng"], mine["grads"]
+            if value["fit"] is not None and mine["fit"] is not None:
+                value["fit"]["rng"], value["fit"]["generator"] = mine["fit"]
+        load(self.g, value["weights"])
+        load_optimizer(self.optimizer, value["optimizer"], name)
+        put_grads(self.params, value["grads"])
+        if schedule is not None:
+            schedule.load_state_dict(value["schedule"])
+        if scaler is not None:
+            scaler.load_state_dict(value["scaler"])
+        for obj, state in zip(self.also, value["also"]):
+            put_state(obj, state)
+        set_rng(value["rng"])
+        if value["watchers"]:
+            for w, position in zip(self.watchers, value["watchers"]):
+                w.rewind(position)
+        return value["counters"], value["fit"]
 
 
 def checked_name(store, name, every):

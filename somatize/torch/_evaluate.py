@@ -29,6 +29,7 @@ import torch
 
 from .._base.errors import SomatizeTypeError, SomatizeValueError
 from .._base.values import Opaque
+from ._batch import taken
 
 PREFIX = "val_"  # every fact an evaluation says but its time; what Live and progress draw beside the loss
 TIME = "eval_us"
@@ -91,19 +92,24 @@ def checked_metrics(metrics):
     return out
 
 
-def evaluate(trainer, batches, metrics=None):
-    """The body of ``Trainer.evaluate``: returns {"val_loss": v, "val_<name>": v, ...}."""
+def evaluate(batches, metrics, *, g, store, objective, modes, keys, device, ranks, emit):
+    """The body of ``Trainer.evaluate``: returns {"val_loss": v, "val_<name>": v, ...}.
+
+    ``g`` run on each batch (taken apart by ``keys``, moved to ``device``:
+    ``_batch.taken``) with ``store``, ``objective`` and the metrics measured
+    on its output, every module in eval mode inside ``modes.evaluating()``;
+    data parallel (``ranks``), the sums all-reduced; said to ``emit``, or to
+    nobody when it is None."""
     metrics = checked_metrics(metrics)
     began = perf_counter_ns()
-    g, store = trainer.g, trainer.store
-    measures = (("loss", trainer.objective), *metrics.items())
+    measures = (("loss", objective), *metrics.items())
     values = {name: [] for name, _ in measures}  # each batch's value, left on its device until the end
     sizes = []
     rng = _rng_state()
     try:
-        with trainer._modes.evaluating(), torch.no_grad():
+        with modes.evaluating(), torch.no_grad():
             for batch in batches:
-                x, y = trainer._pair(batch)
+                x, y = taken(batch, keys, device)
                 n = _examples(x, y)
                 out = g.forward(Opaque(x), store)
                 for name, fn in measures:
@@ -118,15 +124,14 @@ def evaluate(trainer, batches, metrics=None):
         for v, n in zip(_floats(batch_values), sizes):
             total += v * n
         totals[name] = total
-    if trainer._ranks is not None:  # data parallel: over every rank's held-out examples
-        *summed, examples = trainer._ranks.summed([*totals.values(), float(examples)], "the evaluation's all-reduce")
+    if ranks is not None:  # data parallel: over every rank's held-out examples
+        *summed, examples = ranks.summed([*totals.values(), float(examples)], "the evaluation's all-reduce")
         totals = dict(zip(totals, summed))
     if not examples:
         raise SomatizeValueError("evaluate(batches): the batches held no example; give a list of (x, y), "
                                  "or a DataLoader over the validation set")
     said = {PREFIX + name: total / examples for name, total in totals.items()}
-    if trainer._watched:
-        emit = trainer._emitting.emit  # after the facts the Trainer holds back, so at the current step
+    if emit is not None:  # after the facts the Trainer holds back, so at the current step
         for name, value in said.items():
             emit({"fact": name, "value": value})
         emit({"fact": TIME, "value": (perf_counter_ns() - began) // 1000})

@@ -110,6 +110,22 @@ class Instruments:
         for name, loose in self.missing:
             self.emit({"fact": "not_optimized", "node": name, "value": loose})
 
+    def stepping(self, updates, watchers):
+        """Before a step, ``updates`` done: the run's first facts once, and
+        the engine's outputs hook on ``watchers`` (``Watchers.output``) when
+        the update at the step's end, if any, is recorded (``due``), so that
+        its outputs and its update are measured together. Returns this
+        Instruments when it is, for the update to read, else None."""
+        if not self.started:
+            self.start()
+        if self.clock.armed:  # a step that raised left it armed
+            self.clock.reset()
+        if due(updates):
+            watchers.output = self.output
+            return self
+        watchers.output = None
+        return None
+
     def output(self, name, value):
         """The engine's hook (``Watchers.output``): one node's output as it is
         handed on."""

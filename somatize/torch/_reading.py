@@ -5,11 +5,11 @@ The rule kept here: the record is the same as if every fact had been handed
 over as it happened. A step keeps its loss as a 0-d tensor and holds its
 facts, and the engine's, back in one list (``_graph.watchers.held``: a
 forward's beginning as ``None``); the instruments hand their numbers over as
-0-d tensors with the facts they fill (``owe``). ``read`` then reads them all
-in one ``.tolist()`` (one host sync; a handful of calls into torch however
-many numbers are owed), writes each value into its fact, and hands every
-fact held to the watchers in order
-(``Watchers.replay``; a Recorder takes them in one ``list.extend``).
+0-d tensors with the facts they fill (``owe``). ``read_held`` then reads
+them all in one ``.tolist()`` (one host sync; a handful of calls into torch
+however many numbers are owed), writes each value into its fact, and hands
+every fact held to the watchers in order (``Watchers.replay``; a Recorder
+takes them in one ``list.extend``).
 
 When the Trainer reads: every ``read_every`` steps (32), at most
 ``READ_AT_MOST_NS`` (0.25 s) after the last read, at ``close_group()``,
@@ -27,38 +27,124 @@ from __future__ import annotations
 
 import torch
 
+from .._base.errors import NonFiniteLoss
+
 READ_EVERY, READ_AT_MOST_NS = 32, 250_000_000
 
 
 class Reading:
-    """What a Trainer holds until it reads: the losses not read yet (0-d
-    tensors, of consecutive steps), their loss facts, the instruments'
-    numbers owed (0-d tensors, the facts they fill and how), and the facts held back
-    from the watchers. ``last``: the last loss read (a float). Data parallel:
-    ``rank_losses``, beside each loss held, each rank's own (times its
-    examples, a tensor), read only to name a rank whose loss was not finite."""
+    """What a Trainer holds until it reads, and when it reads: the losses
+    not read yet (0-d tensors, of consecutive steps), their loss facts, the
+    instruments' numbers owed (0-d tensors, the facts they fill and how),
+    and the facts held back from ``watchers``. ``last``: the last loss read
+    (a float). ``every``: the Trainer's ``read_every``; ``due``: the clock
+    (``clock()``, perf_counter_ns) by which the losses are read in any case.
+    Data parallel (``ranks``): ``rank_losses``, beside each loss held, each
+    rank's own (times its examples, a tensor), read only to name a rank
+    whose loss was not finite."""
 
-    __slots__ = ("held", "losses", "loss_facts", "owed", "last", "rank_losses")
+    __slots__ = ("held", "losses", "loss_facts", "owed", "last", "rank_losses", "watchers", "every", "ranks",
+                 "due", "_clock", "_unraised")
 
-    def __init__(self):
+    def __init__(self, watchers, every, ranks, clock):
         self.held = []
         self.losses = []
         self.loss_facts = []
         self.owed = []
         self.last = None
         self.rank_losses = []
+        self.watchers, self.every, self.ranks, self._clock = watchers, every, ranks, clock
+        self.due = clock() + READ_AT_MOST_NS
+        self._unraised = None  # a non-finite loss read where it could not be refused
 
     def owe(self, tensors, facts, finish, counts=0):
         """``tensors`` (0-d, on the device) fill the facts' ``value`` on the
         next read: ``finish`` turns the list of their values (floats, in
         order) into one value per fact. The last ``counts`` of them are
         integers (counts), the others floating: told, not asked of each
-        tensor when read (~0.5 µs a tensor, measured)."""
+        tensor when read."""
         self.owed.append((tensors, facts, finish, counts))
 
-    def read(self, watchers, last_step):
+    def value(self, loss, index):
+        """A step's loss (a 0-d tensor), detached; read off the device here
+        only with ``read_every=1`` in one process, and refused then, before
+        its backward, when it is not finite."""
+        if self.every > 1 or self.ranks is not None:  # ranks: the loss over every rank's is checked
+            return loss.detach()
+        value = self.last = loss.item()
+        if value - value != 0.0:  # nan for inf and nan: not finite
+            e = NonFiniteLoss(
+                f"step {index}: the loss is {value}; nothing was updated (the weights, the "
+                "optimizer's state and any open group's gradients are as before the group "
+                "began). Look at this batch, lower the learning rate, or pass clip= to the Trainer."
+            )
+            e.step, e.loss, e.ranks = index, value, []
+            raise e
+        return loss.detach()
+
+    def refuse(self, loss, index):
+        """Data parallel, ``read_every=1``: the loss over every rank's
+        examples read off the device right after the all-reduce, before any
+        update; refused on every rank at once when it is not finite."""
+        value = self.last = loss.item()
+        if value - value != 0.0:
+            own = not_finite(self.ranks.losses)
+            e = NonFiniteLoss(
+                f"step {index}: the loss over every rank's examples is {value} ({_own(own)}); nothing was "
+                "updated on any rank (the weights, the optimizer's state and any open group's gradients are as "
+                "before the group began), and every rank raises this. Look at that rank's share of this batch, "
+                "lower the learning rate, or pass clip= to the Trainer."
+            )
+            e.step, e.loss, e.ranks = index, value, [r for r, _ in own]
+            raise e
+
+    def read(self, steps, check=True, last=None, every_rank=False):
+        """Read what is held and hand the facts over (``read_held``); ``steps``:
+        the steps begun, ``last``: the step of the last loss held (by default
+        the last step). Raises ``NonFiniteLoss`` naming the first step whose
+        loss was not finite, unless ``check`` is False: then it is kept, and
+        refused at the next read that checks. Data parallel: a non-finite
+        loss is refused at a read every rank makes at the same point
+        (``every_rank``: deliver, close_group, checkpoint), or at the end of
+        the step ``read_every - 1`` after it, by which every rank has read it
+        (a rank reads whenever ``read_every`` losses are held); until then it
+        is kept, and read for each step (its reads by time or by a watcher
+        differ from rank to rank)."""
+        found = self.read_held(steps - 1 if last is None else last)
+        self.due = self._clock() + READ_AT_MOST_NS
+        bad, self._unraised = self._unraised or found, None
+        if bad is None:
+            return
+        ranks = self.ranks
+        if ranks is not None and not every_rank and steps < bad[0] + self.every:
+            check = False
+        if not check:
+            self._unraised = bad  # refused at the next read that can
+            if ranks is not None:
+                self.due = 0  # the step it is refused at ends in a read on every rank
+            return
+        later = f"read off the device {steps - 1 - bad[0]} steps later (read_every={self.every})"
+        if ranks is None:
+            e = NonFiniteLoss(
+                f"step {bad[0]}: the loss is {bad[1]}, {later}, so those steps ran, and updated the weights, "
+                "after it. Resume from a checkpoint kept before it, look at that batch, lower the learning "
+                "rate or pass clip=; read_every=1 refuses a non-finite loss before its backward, touching "
+                "nothing."
+            )
+        else:
+            e = NonFiniteLoss(
+                f"step {bad[0]}: the loss over every rank's examples is {bad[1]} ({_own(bad[2])}), {later}, "
+                "so those steps ran, and updated the weights on every rank, after it; every rank raises "
+                "this at the same step. Resume from a checkpoint kept before it, look at that rank's share "
+                "of the batch, lower the learning rate or pass clip=; read_every=1 refuses a non-finite "
+                "loss before the update, the weights untouched."
+            )
+        e.step, e.loss, e.ranks = bad[0], bad[1], [] if bad[2] is None else [r for r, _ in bad[2]]
+        raise e
+
+    def read_held(self, last_step):
         """Read everything held off the device in one go and hand the facts
-        held to ``watchers``. Returns ``(step, value, ranks)`` of the first
+        held to the watchers. Returns ``(step, value, ranks)`` of the first
         loss that is not finite (``last_step``: the step of the last loss
         held; ``ranks``: the ranks whose own loss was not finite then, or
         None in one process), or None."""
@@ -110,8 +196,15 @@ class Reading:
             # flushed) reads again and finds nothing twice.
             taken = items[:]
             items.clear()
-            watchers.replay(taken)
+            self.watchers.replay(taken)
         return bad
+
+
+def _own(ranks):
+    """Which ranks' own loss was not finite, in words."""
+    if not ranks:
+        return "no rank's own loss was: their sum overflowed"
+    return "; ".join(f"rank {r}'s own loss was {v}" for r, v in ranks)
 
 
 def not_finite(rank_losses):
