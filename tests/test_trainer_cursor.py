@@ -126,3 +126,55 @@ def test_a_dataloader_over_an_iterable_dataset_resumed_goes_on_after_the_batches
     again.fit(streamed(), epochs=2, progress=False)
     assert (again.steps, again.updates) == (whole.steps, whole.updates) == (20, 20)
     same_weights(again, whole)
+
+
+class _NoSamplerIter(torch_dataloader._SingleProcessDataLoaderIter):
+    """torch's own iterator as a torch that keeps its batch indexes under
+    another name would have it: no ``_sampler_iter``."""
+
+    def __init__(self, loader):
+        super().__init__(loader)
+        self.indexes = self.__dict__.pop("_sampler_iter")
+
+    def _next_index(self):
+        return next(self.indexes)
+
+    def __next__(self):
+        data = self._next_data()
+        self._num_yielded += 1
+        return data
+
+
+class NoSamplerIter(DataLoader):
+    """A DataLoader whose iterator lacks ``_sampler_iter``."""
+
+    def _get_iterator(self):
+        return _NoSamplerIter(self)
+
+
+def test_a_dataloader_whose_iterator_lacks_the_indexes_is_refused_naming_them_and_moves_nothing(tmp_path):
+    whole = trainer().fit(shuffled(), epochs=2, progress=False)
+    again = stopped_in_epoch_1(Store(tmp_path / "s"), NoSamplerIter)
+    rng = torch.get_rng_state()
+    with pytest.raises(LoaderNotResumable) as refused:
+        again.fit(shuffled(NoSamplerIter), epochs=2, progress=False)
+    said = str(refused.value)
+    assert "NoSamplerIter" in said and "_sampler_iter" in said and "_num_yielded" not in said
+    assert again.steps == 12 and torch.equal(torch.get_rng_state(), rng)
+    again.fit(shuffled(), epochs=2, progress=False)
+    assert (again.steps, again.updates) == (whole.steps, whole.updates) == (20, 20)
+    same_weights(again, whole)
+
+
+def test_the_torch_the_package_admits_has_the_cursor_a_resumed_fit_advances():
+    """pyproject.toml admits one torch minor version, this one
+    (tests/test_install.py keeps it so): its DataLoader's iterator over a
+    map-style dataset in this process holds both names the skip reads, so a
+    plain DataLoader resumes exactly rather than being refused."""
+    from somatize.torch._cursor import CURSOR
+
+    it = iter(shuffled())
+    indexes, yielded = (getattr(it, name) for name in CURSOR)
+    assert hasattr(indexes, "__next__") and yielded == 0
+    next(it)
+    assert it._num_yielded == 1
