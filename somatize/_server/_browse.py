@@ -28,8 +28,8 @@ The rules kept here and in those parts:
   renames a new one in) and its log holds what that counts; the sidebar's
   row of it is made once with it (``Listed.made``). Reads are pure.
 - **Findings are counted off the request.** A row's ``findings`` (how many
-  ``somatize.diagnose`` returns) costs 5-15 ms a run, too much for a listing
-  of 1,000 (<= 100 ms): a listing only reads the counts known for each run's
+  ``somatize.diagnose`` returns) reads each run's instrument series, too
+  much for a listing of a thousand runs: a listing only reads the counts known for each run's
   current ``summary.json`` and hands the others to one background thread per
   process (``_findings._COUNTER``), which counts them one at a time; such a row shows
   the last count it had (``None`` before the first) and the listing's tag

@@ -1,5 +1,5 @@
 """The findings thread: a row's count of findings (how many
-``somatize.diagnose`` returns, 5-15 ms a run) is never made inside a
+``somatize.diagnose`` returns, which reads the run's instrument series) is never made inside a
 listing; ``_COUNTER`` counts them on one daemon thread per process, and a
 listing reads what it counted (``counted_rows``)."""
 

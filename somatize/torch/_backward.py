@@ -90,7 +90,7 @@ class BackwardClock:
         if fn is not None:
             # A pre-hook on the function that made t runs when t's gradient arrives, as a hook on t
             # would (autograd calls both as that function begins), without Tensor.register_hook's
-            # Python wrapper (~2 µs an output, measured).
+            # Python wrapper, which costs more an output.
             fn.register_prehook(arrived)
         else:  # a leaf that takes gradients, handed on as it is
             t.register_hook(arrived)
