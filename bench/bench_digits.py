@@ -36,7 +36,6 @@ Target: Trainer + Recorder's later epoch <= 1.02x the hand-written loop's.
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import os
 import statistics
@@ -45,7 +44,7 @@ import time
 import warnings
 
 import torch
-from common import interleaved, machine, ratio, reported, target
+from common import interleaved, lightning, machine, ratio, reported, target
 from digits_models import cnn, digits, modules
 
 from somatize import Recorder, Store
@@ -118,12 +117,9 @@ def trained(record, instruments=True):
 
 
 def lightning_variant():
-    try:
-        import lightning as L
-    except ImportError:
+    L = lightning()
+    if L is None:
         return None
-    logging.getLogger("lightning").setLevel(logging.ERROR)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 
     class Module(L.LightningModule):
         def __init__(self):

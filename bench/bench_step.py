@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import tempfile
@@ -160,12 +159,9 @@ def trained(watching=None, instruments=True, hold=False):
 
 
 def lightning_variant():
-    try:
-        import lightning as L
-    except ImportError:
+    L = common.lightning()
+    if L is None:
         return None
-    logging.getLogger("lightning").setLevel(logging.ERROR)
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 
     class Module(L.LightningModule):
         def __init__(self):

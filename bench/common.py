@@ -36,6 +36,20 @@ QUICK = "--quick" in sys.argv
 # -- printing a target and what was measured ------------------------------
 
 
+def lightning():
+    """The ``lightning`` package with its logging quieted (the anchor the
+    Trainer targets name), or None where it is not installed."""
+    try:
+        import lightning
+    except ImportError:
+        return None
+    import logging
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    return lightning
+
+
 def target(what, measured, bound, unit="x", at_least=False):
     """One line: the target, the figure measured beside it, met or missed.
     ``unit`` "x" is a ratio; any other unit (ms, GB/s) also prints the
