@@ -386,16 +386,7 @@ class LocalBackend:
         root), no part below it followed."""
         if at is None:
             return files.open_dir(self.root, parts)
-        fd = files.open_below(at, parts[0]) if parts else os.dup(at)
-        try:
-            for part in parts[1:]:
-                below = files.open_below(fd, part)
-                os.close(fd)
-                fd = below
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return files.descend(os.dup(at), parts)
 
     def _open(self, parts, at):
         """``(fd, size)`` of the file ``parts``, read-only (``files.open_in``)."""

@@ -396,7 +396,13 @@ def _kind(mode):
 def open_dir(root, parts):
     """A descriptor of the folder ``root/parts…``; raises ``Refused`` where a
     part is a link or not a folder, FileNotFoundError where one is missing."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return descend(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), parts)
+
+
+def descend(fd, parts):
+    """A descriptor of the folder ``parts`` below the folder open on ``fd``,
+    which this call owns (closed, as each folder on the way is); no part
+    followed, raising as ``open_dir``."""
     try:
         for at, part in enumerate(parts):
             below = open_below(fd, part, os.path.join(*parts[: at + 1]))
