@@ -39,12 +39,6 @@ def write_all(fd, parts):
             view = view[n:]
 
 
-def append_durably(fd, data):
-    """Append ``data`` and fsync: a kill leaves nothing or a prefix of it."""
-    write_all(fd, [data])
-    os.fsync(fd)
-
-
 SYNC_TOGETHER_AT = 4  # files; this many or more are fsynced together (sync_all)
 SYNC_THREADS = 8  # at most this many fsyncs at once (sync_all)
 _syncers = None  # threads that fsync together, made on first use, forgotten in a forked child
