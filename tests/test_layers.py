@@ -63,7 +63,10 @@ RANK = {
     "record": 3,
     "_pictures": 4,
     "torch": 5, "_diagnose": 5,
+    "_import": 5,  # runs written elsewhere brought into a store (TensorBoard event files)
     "_widgets": 6, "_server": 6, "cli": 6, "demo": 6, "__init__": 6,
+    # a loop somatize did not write, recorded from its framework's hooks
+    "lightning": 7, "transformers": 7,
 }
 IMPORTERS = {"import_module", "__import__"}  # importlib.import_module(name, package), __import__(name)
 
