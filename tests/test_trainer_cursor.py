@@ -128,6 +128,33 @@ def test_a_dataloader_over_an_iterable_dataset_resumed_goes_on_after_the_batches
     same_weights(again, whole)
 
 
+class Unsized(IterableDataset):
+    """An iterable dataset with no length: its DataLoader's ``len`` raises TypeError."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __iter__(self):
+        return zip(self.x, self.y)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_dataloader_over_an_iterable_dataset_without_a_length_fits_and_resumes(tmp_path, progress):
+    def streamed():
+        return DataLoader(Unsized(*examples()), batch_size=8)
+
+    with pytest.raises(TypeError):
+        len(streamed())
+    whole = trainer().fit(streamed(), epochs=2, progress=progress)
+    store = Store(tmp_path / "s")
+    with pytest.raises(Stop):
+        trainer(store, stop_at=14).fit(streamed(), epochs=2, progress=progress)
+    again = trainer(store)
+    again.fit(streamed(), epochs=2, progress=progress)
+    assert (again.steps, again.updates) == (whole.steps, whole.updates) == (20, 20)
+    same_weights(again, whole)
+
+
 class _NoSamplerIter(torch_dataloader._SingleProcessDataLoaderIter):
     """torch's own iterator as a torch that keeps its batch indexes under
     another name would have it: no ``_sampler_iter``."""

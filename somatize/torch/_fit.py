@@ -81,7 +81,7 @@ class Fit:
         """The loop: ``trainer.step`` over every batch, ``epochs`` times, the
         group closed at the end of each epoch, then the evaluation if asked;
         a progress bar (tqdm's text bar on stderr) when ``progress``."""
-        total = len(batches) if hasattr(batches, "__len__") else None
+        total = _length(batches)
         at, self.resume_at = self.resume_at, None
         resumed = at  # put back when the loader cannot go on from there (_cursor), nothing moved
         if at is not None and at[0] is None:  # a checkpoint kept outside fit: the steps done are batches done
@@ -170,3 +170,13 @@ def _put_rng(kept, generator):
     torch.set_rng_state(kept[0])
     if generator is not None and kept[1] is not None:
         generator.set_state(kept[1])
+
+
+def _length(batches):
+    """How many batches an epoch has, or None where the loader cannot say: a
+    DataLoader always has ``__len__``, and over an IterableDataset without
+    one it raises TypeError."""
+    try:
+        return len(batches)
+    except TypeError:
+        return None
