@@ -24,7 +24,8 @@ MODULES = {
     "somatize": "The engine, the Store, the Recorder, the public errors and diagnosis.",
     "somatize.record": "Questions asked of a run's record, and the panels that draw it. "
                        "Every function takes the store (a `Store` or a path) and the run's name.",
-    "somatize.torch": "PyTorch: the tensor codec (registered on import), the Trainer and the weights helpers. "
+    "somatize.torch": "PyTorch: the tensor codec (registered on import), any `nn.Module` as a node, the Trainer "
+                      "and the weights helpers. "
                       "Needs `pip install \"somatize[torch]\"`.",
 }
 

@@ -276,3 +276,27 @@ def test_deleting_the_store_between_two_cached_forwards_runs_the_node_again(tmp_
     again = []
     g.forward(x, store=store, watching=again.append)
     assert said(again)[0] == ("recalled", "body")
+
+
+def test_a_fingerprint_is_the_same_in_every_process_with_a_set_in_the_code():
+    """``x in {"a", "b", ...}`` compiles to a frozenset constant, whose repr
+    follows str hashing, seeded anew in each process: the fingerprint (and so
+    the cache key) must not follow it, or a cache would never hit again after
+    a restart."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from somatize import Graph, Node\n"
+        "class Pick(Node):\n"
+        "    def forward(self, x, ctx):\n"
+        "        return x if x in {'alpha', 'beta', 'gamma', 'delta', 'epsilon'} else ((1, frozenset('xyzw')),)\n"
+        "print(Graph.somatize(Pick().named('p').frozen()).fingerprints()['p'])\n"
+    )
+    got = {
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},
+                       capture_output=True, text=True, check=True).stdout
+        for seed in range(6)
+    }
+    assert len(got) == 1, got

@@ -39,10 +39,26 @@ def _code_own(code):
             h.update(d.encode())
             names |= inner
         else:
-            h.update(repr(c).encode())
+            h.update(_constant_text(c).encode())
     d = h.hexdigest()
     _own[id(code)] = (code, d, frozenset(names))
     return d, frozenset(names)
+
+
+def _constant_text(c):
+    """A code constant's text, the same in every process: its repr, but a
+    frozenset (what ``x in {"a", "b"}`` compiles to), alone or in a tuple,
+    with its items' texts sorted, since its repr follows str hashing, which
+    each process seeds anew."""
+    if c.__class__ is frozenset:
+        return "frozenset({" + ", ".join(sorted(map(_constant_text, c))) + "})" if c else repr(c)
+    if c.__class__ is tuple and _holds_set(c):
+        return "(" + "".join(_constant_text(e) + ", " for e in c) + ")"
+    return repr(c)
+
+
+def _holds_set(c):
+    return c.__class__ is frozenset or c.__class__ is tuple and any(map(_holds_set, c))
 
 
 def _hash_function(h, f, seen):
@@ -171,9 +187,11 @@ def _name_of(v):
 
 
 def fingerprint(node):
-    """sha256 over the node's code (and the code it reaches), its attributes
-    (data by content, functions by their code, other objects by their type)
-    and, once somatize.torch.freeze ran, its weights' digest.
+    """sha256 over the node's code (and the code it reaches), what else its
+    ``_sz_reaches()`` names (``somatize.torch.Module``: the wrapped module's
+    classes and structure), its attributes (data by content, functions by
+    their code, other objects by their type) and, once somatize.torch.freeze
+    ran, its weights' digest.
 
     A data attribute is digested once per object: replacing it (``node.k =
     3``) changes the fingerprint; changing an array inside it in place does
@@ -181,6 +199,10 @@ def fingerprint(node):
     h = hashlib.sha256()
     seen: dict = {}
     _hash_class(h, type(node), seen)
+    if node._sz_reaches is not None:
+        for v in node._sz_reaches():
+            h.update(b"reaches\0")
+            _hash_reached(v, h, seen)
     memo = node.__dict__.get("_sz_attr_digests") or {}
     fresh = {}
     for attr, v in sorted(vars(node).items()):

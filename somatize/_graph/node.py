@@ -38,6 +38,11 @@ class Node(_Expr):
     _sz_frozen = False
     _sz_cached = False
     _sz_weights = None  # (digest, still) once somatize.torch.freeze ran
+    # None, or a method returning what else the node's output depends on beyond
+    # its class and attributes (classes, functions, text): hashed into its
+    # fingerprint as the code it reaches (somatize.torch.Module: the wrapped
+    # module's classes and structure)
+    _sz_reaches = None
 
     def named(self, name):
         """Name this node (letters, digits, ``_``, ``-``, ``.``); returns the node,

@@ -27,6 +27,7 @@ from .._base.errors import NonFiniteLoss as NonFiniteLoss  # noqa: E402  (somati
 from . import _bulk  # noqa: E402
 from ._codec import TensorCodec as TensorCodec  # noqa: E402
 from ._launch import launch as launch  # noqa: E402
+from ._module import Module as Module  # noqa: E402
 from ._trainer import Trainer as Trainer  # noqa: E402
 from ._weights import export as export  # noqa: E402
 from ._weights import fedavg as fedavg  # noqa: E402
@@ -37,4 +38,5 @@ from ._weights import parameters as parameters  # noqa: E402
 _register_codec(TensorCodec())
 _register_bulk(_bulk.TYPES, _bulk.hold, _bulk.read)
 
-__all__ = ["NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "launch", "load", "parameters"]
+__all__ = ["Module", "NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "launch", "load",
+           "parameters"]
