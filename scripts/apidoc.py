@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "API.md"
 MODULES = {
-    "somatize": "The engine, the Store, the Recorder, the public errors and diagnosis.",
+    "somatize": "The engine, the Store, the Recorder, the public errors, diagnosis and importing runs.",
     "somatize.record": "Questions asked of a run's record, and the panels that draw it. "
                        "Every function takes the store (a `Store` or a path) and the run's name.",
     "somatize.torch": "PyTorch: the tensor codec (registered on import), any `nn.Module` as a node, the Trainer "
@@ -84,12 +84,16 @@ def cli_help():
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: one width, whoever renders
     from somatize import cli
 
-    parser = cli.parser()
-    parts = [parser.format_help()]
-    for action in parser._actions:  # argparse keeps its subcommands here only
-        if isinstance(action, argparse._SubParsersAction):
-            parts += [sub.format_help() for sub in action.choices.values()]
-    return "\n\n".join(p.rstrip() for p in parts)
+    def helps(parser):
+        """The parser's help, then each subcommand's, theirs in turn (``import tensorboard``)."""
+        parts = [parser.format_help()]
+        for action in parser._actions:  # argparse keeps its subcommands here only
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    parts += helps(sub)
+        return parts
+
+    return "\n\n".join(p.rstrip() for p in helps(cli.parser()))
 
 
 def render():

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._diagnose import diagnose as diagnose
     from ._graph.engine import Graph as Graph
     from ._graph.engine import Node as Node
+    from ._import.tensorboard import import_tensorboard as import_tensorboard
     from ._store.store import Store as Store
     from .record._recorder import Recorder as Recorder
 
@@ -57,6 +58,7 @@ _WHERE = {
     "StoreNotWritable": "._base.errors",
     "WatcherError": "._base.errors",
     "diagnose": "._diagnose",
+    "import_tensorboard": "._import.tensorboard",
     "register_codec": "._base.codecs",
 }
 

@@ -1,10 +1,13 @@
-"""The command line: ``somatize runs STORE`` and ``somatize check STORE``.
+"""The command line: ``somatize runs STORE``, ``somatize check STORE`` and
+``somatize import tensorboard LOGDIR STORE``.
 
-The rule kept here: the command reads, never writes, and answers from the
-summaries (no pandas, no facts decoded) so that listing a thousand runs is
-instant. A run whose summary does not read is listed as "damaged", with why
-below the table; the other runs list as ever. ``check`` reports and never
-raises. Exit status: 0 clean, 1 damage found, 2 a usage error.
+The rule kept here: ``runs`` and ``check`` read, never write, and answer from
+the summaries (no pandas, no facts decoded) so that listing a thousand runs
+is instant. A run whose summary does not read is listed as "damaged", with
+why below the table; the other runs list as ever. ``check`` reports and
+never raises. ``import`` writes new runs only (``_import``), a line for
+each as it is done. Exit status: 0 clean, 1 damage found (or a run imported
+in part, or not), 2 a usage error.
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def check_report(path) -> tuple[str, bool]:
 
 def parser() -> argparse.ArgumentParser:
     """The command line, as `somatize --help` shows it (docs/API.md renders it too)."""
-    out = argparse.ArgumentParser(prog="somatize", description="Look at a somatize store.")
+    out = argparse.ArgumentParser(prog="somatize",
+                                  description="Look at a somatize store, or bring runs recorded elsewhere into one.")
     sub = out.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("runs", help="list the runs of a store with their summaries and state",
                              description="List the runs of a store: state, forwards, steps, summaries, "
@@ -191,7 +195,41 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("check", help="verify every object and every run's record",
                    description="Re-hash every object and read every record of a store; exit 1 naming "
                    "what is damaged. Reports, never raises.").add_argument("store", help="the store's folder")
+    bring = sub.add_parser("import", help="bring runs recorded by another tool into a store",
+                           description="Bring runs recorded by another tool into a store, each as a finished "
+                           "run. Writes new runs only: a run imported before is skipped.")
+    tools = bring.add_subparsers(dest="tool", required=True, metavar="TOOL")
+    tensorboard = tools.add_parser(
+        "tensorboard", help="TensorBoard's event files: each folder holding them becomes a run",
+        description="Each folder under LOGDIR holding TensorBoard event files (*tfevents*) becomes a "
+        "finished run, named from its path (exp1/lr0.1: exp1-lr0.1): its scalars as facts on their steps, "
+        "their wall times as wall_s, its hparams as its config. Prints a line a folder (imported, partial, "
+        "skipped, failed; a link or FIFO: not read) and a total; exit 1 when a run was imported in part "
+        "(an event file cut short: the file and the byte offset named) or failed. Follows no link below "
+        "LOGDIR. Needs somatize[tensorboard]; never TensorFlow.")
+    tensorboard.add_argument("logdir", help="the folder TensorBoard's --logdir was given")
+    tensorboard.add_argument("store", help="the store's folder (made when missing)")
     return out
+
+
+def import_lines(logdir, store, out=print) -> int:
+    """``somatize import tensorboard``: ``out`` a line per folder as it is
+    done (``_import.tensorboard.imports``), then the total; the exit status
+    (0 all imported or skipped, 1 a run partial or failed)."""
+    from ._import.tensorboard import OUTCOMES, imports
+
+    counts = dict.fromkeys(OUTCOMES, 0)
+    steps = points = 0
+    for outcome in imports(logdir, store):
+        out(str(outcome))
+        counts[outcome.outcome] += 1
+        steps += outcome.steps
+        points += outcome.points
+    folders = sum(n for what, n in counts.items() if what != "not read")
+    said = ", ".join(f"{n:,} {what}" for what, n in counts.items() if n)
+    out(f"{_count(folders, 'folder')} of event files: {said}; {_count(points, 'point')} on "
+        f"{_count(steps, 'step')} imported into {store}")
+    return 1 if counts["partial"] or counts["failed"] else 0
 
 
 def main(argv=None) -> int:
@@ -199,6 +237,8 @@ def main(argv=None) -> int:
         args = parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    if args.command == "import":
+        return _import(args)
     try:
         path = _store_path(args.store)
     except _Usage as e:
@@ -223,6 +263,20 @@ def main(argv=None) -> int:
         return 1
     print(report)
     return 0 if clean else 1
+
+
+def _import(args) -> int:
+    from ._base.errors import SomatizeError
+
+    try:
+        return import_lines(args.logdir, args.store, lambda line: print(line, flush=True))
+    except SomatizeError as e:  # LOGDIR or STORE refused before anything was written
+        print(f"somatize import {args.tool}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"somatize import {args.tool}: stopped (ctrl-C); the run being written was removed, the "
+              "runs done before it are kept: run it again to go on", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
