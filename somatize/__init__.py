@@ -11,8 +11,10 @@ from ._base import panels as _panels
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from ._base.codecs import register_codec as register_codec
+    from ._base.errors import BucketError as BucketError
     from ._base.errors import CodecError as CodecError
     from ._base.errors import DamagedError as DamagedError
+    from ._base.errors import Fenced as Fenced
     from ._base.errors import LaunchError as LaunchError
     from ._base.errors import LoaderNotResumable as LoaderNotResumable
     from ._base.errors import MissingExtra as MissingExtra
@@ -36,8 +38,10 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from .record._recorder import Recorder as Recorder
 
 _WHERE = {
+    "BucketError": "._base.errors",
     "CodecError": "._base.errors",
     "DamagedError": "._base.errors",
+    "Fenced": "._base.errors",
     "LaunchError": "._base.errors",
     "LoaderNotResumable": "._base.errors",
     "MissingExtra": "._base.errors",

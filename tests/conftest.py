@@ -40,3 +40,8 @@ def _trainer_reads_by_count_only(monkeypatch):
     if logged is not None:
         monkeypatch.setattr(logged, "READ_AT_MOST_NS", 10**15)
         monkeypatch.setattr(logged, "CLOCKS_AT_MOST_NS", 10**15)
+
+
+# A real S3 server (moto) on 127.0.0.1 for the bucket stores, started once per
+# process and only for the tests that ask for it (tests/buckets.py).
+from buckets import moto_endpoint, s3_url  # noqa: E402, F401

@@ -13,7 +13,8 @@ import somatize
 
 PUBLIC_ERRORS = ["SomatizeError", "NodeError", "WatcherError", "DamagedError", "StoreNotWritable",
                  "CodecError", "MissingExtra", "NonFiniteLoss", "SomatizeKeyError", "SomatizeTypeError",
-                 "SomatizeValueError", "QueryError", "RankLost", "LaunchError", "LoaderNotResumable"]
+                 "SomatizeValueError", "QueryError", "RankLost", "LaunchError", "LoaderNotResumable",
+                 "BucketError", "Fenced"]
 ROOT = pathlib.Path(somatize.__file__).parent
 
 

@@ -112,3 +112,24 @@ class LaunchError(SomatizeError, RuntimeError):
     def __init__(self, message, rank=None):
         super().__init__(message)
         self.rank = rank
+
+
+class BucketError(SomatizeError, OSError):
+    """A bucket (``s3://``, ``gs://``, ``az://``) did not answer, after its
+    retries, or refused a request (credentials, a bad request). ``url``:
+    the bucket's URL (never a credential); ``key``: the key asked, or None;
+    ``status``: the last HTTP status, where one came."""
+
+    def __init__(self, message, url=None, key=None, status=None):
+        super().__init__(message)
+        self.url, self.key, self.status = url, key, status
+
+
+class Fenced(SomatizeError, RuntimeError):
+    """A conditional write to a bucket lost: another writer made, changed or
+    removed the key first (a 412), so this one wrote nothing and is fenced
+    out. ``url`` and ``key`` name it."""
+
+    def __init__(self, message, url=None, key=None):
+        super().__init__(message)
+        self.url, self.key = url, key
