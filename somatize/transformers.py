@@ -6,29 +6,11 @@ by a ``Recorder`` through ``Recorder.log``, so every reader (``runs``,
 reads it as a somatize Trainer's run. A step is HF's ``state.global_step``
 (the updates done); each step logged is one forward of the run.
 
-What a log becomes (``on_log`` and ``on_evaluate``, the rule of ``fact_name``):
-
-- ``loss`` is ``loss``, ``learning_rate`` is ``lr``, ``epoch`` is ``epoch``;
-- ``grad_norm`` (HF's norm of all the gradients) is ``grad_norm_total``:
-  ``grad_norm`` is the somatize Trainer's norm of one node's gradients,
-  which ``somatize.diagnose`` reads with that meaning;
-- an evaluation's ``eval_<metric>`` is ``val_<metric>`` (``eval_loss`` is
-  ``val_loss``), as the somatize Trainer names an evaluation's values;
-  HF's timings and memory of a call (``*_runtime``, ``*_samples_per_second``,
-  ``*_steps_per_second``, ``*_tokens_per_second``,
-  ``*_model_preparation_time``, ``*_jit_compilation_time``, ``*_mem_*``)
-  keep their HF name (``eval_runtime``), so that no ``val_`` fact is a time;
-- any other key keeps its name (a metric's own prefix, ``test_accuracy``);
-- a value that is not one number (a str, a bool, a list) is not recorded;
-  a key that cannot name a fact (``Recorder.log`` refuses it) is not either,
-  and a ``RuntimeWarning`` names it once;
-- the totals ``train()`` logs once as it ends (the log holding both
-  ``train_loss`` and ``total_flos``: the call's mean loss, runtime, speeds,
-  flos, memory) are not recorded: the record holds each step's loss and
-  its own clock (``wall_s``) already;
-- a value said again at the same step (the ``epoch`` of an evaluation's
-  log; ``on_evaluate``'s metrics, which ``on_log`` was handed first) is
-  recorded once.
+What a log becomes is said where a reader of the API looks: the names in
+``fact_name``'s docstring, what is left out in ``Callback``'s. The rule kept
+here: a fact of the run means what a somatize Trainer's fact of that name
+means, so an HF name that would say something else is renamed
+(``grad_norm``) and a time is never a ``val_`` fact.
 
 The run ends finished at ``on_train_end``. HF calls no callback when
 ``train()`` raises, so the run is ended by whoever sees the exception: in
@@ -76,7 +58,7 @@ from ._store.store import as_store  # noqa: E402
 from .record._recorder import Recorder  # noqa: E402
 from .record._summary import config_json  # noqa: E402
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "fact_name"]
 
 AS_SOMATIZE = {"learning_rate": "lr", "grad_norm": "grad_norm_total"}
 # HF's timings and memory of a call (trainer_utils.speed_metrics, TrainerMemoryTracker): not a model's metric
@@ -87,10 +69,22 @@ CONFIG_NEST = 16  # deeper in TrainingArguments or a model's config is kept as i
 
 
 def fact_name(key: str) -> str:
-    """The fact an HF log's ``key`` is recorded as (the module's rule):
-    ``learning_rate`` is ``lr``, ``grad_norm`` is ``grad_norm_total``,
-    ``eval_<metric>`` is ``val_<metric>`` unless it is HF's timing or memory
-    of the call; any other key is itself."""
+    """The fact an HF log's ``key`` is recorded as.
+
+    - ``loss`` is ``loss``, ``learning_rate`` is ``lr``, ``epoch`` is
+      ``epoch``;
+    - ``grad_norm`` (HF's norm of all the gradients) is ``grad_norm_total``:
+      ``grad_norm`` is the somatize Trainer's norm of one node's gradients,
+      which ``somatize.diagnose`` reads with that meaning;
+    - an evaluation's ``eval_<metric>`` is ``val_<metric>`` (``eval_loss``
+      is ``val_loss``), as the somatize Trainer names an evaluation's
+      values; HF's timings and memory of a call (``*_runtime``,
+      ``*_samples_per_second``, ``*_steps_per_second``,
+      ``*_tokens_per_second``, ``*_model_preparation_time``,
+      ``*_jit_compilation_time``, ``*_mem_*``) keep their name
+      (``eval_runtime``), so that no ``val_`` fact is a time;
+    - any other key is itself (a metric of another prefix,
+      ``test_accuracy``; one of your own)."""
     said = AS_SOMATIZE.get(key)
     if said is not None:
         return said
@@ -116,18 +110,26 @@ class Callback(TrainerCallback, ExportableState):
     values JSON cannot hold kept as their ``str``. ``summarising``: the
     facts ``runs(store)`` summarises (``loss.last``, ``val_loss.best``).
 
-    Each log becomes ``Recorder.log(values, step=state.global_step)``, by
-    the rule of ``somatize.transformers.fact_name`` (``loss``, ``lr``,
-    ``grad_norm_total``, ``epoch``, ``val_*``; HF's end-of-train totals
-    left out; see the module's docstring); an evaluation's metrics at the
-    step it ran. An evaluation after ``train()`` (``trainer.evaluate()``)
+    Each log (``on_log``) and evaluation (``on_evaluate``) becomes
+    ``Recorder.log(values, step=state.global_step)``, each key named by
+    ``somatize.transformers.fact_name`` (``loss``, ``lr``,
+    ``grad_norm_total``, ``epoch``, ``val_*``). Left out: a value that is
+    not one number (a str, a bool, a list); a key ``Recorder.log`` refuses
+    (a ``RuntimeWarning`` names it, once); the totals ``train()`` logs once
+    as it ends (the log holding both ``train_loss`` and ``total_flos``:
+    the call's mean loss, runtime, speeds, flos and memory), as the record
+    holds each step's loss and its own clock (``wall_s``) already; a value
+    said again at the same step (the ``epoch`` of an evaluation's log,
+    ``on_evaluate``'s metrics, which ``on_log`` was handed first), recorded
+    once. An evaluation after ``train()`` (``trainer.evaluate()``)
     is recorded into the run at its last step, the run opened and closed
     again around it; one before any ``train()`` is not recorded. Only the
     world's process zero (``state.is_world_process_zero``) writes.
 
     The run ends finished at ``on_train_end``; when ``train()`` raises, it
     ends interrupted with the exception as its cause at the end of the
-    notebook cell, or at the script's exit. ``trainer.train(
+    notebook cell, or at the script's exit (an exception you caught: at
+    this Callback's next ``train()``, or the exit, with no cause). ``trainer.train(
     resume_from_checkpoint=...)`` continues the run the checkpoint was
     recorded into, rewound to the checkpoint's step (no step twice); that
     run keeps the config it was recorded with. The position is kept in the
@@ -140,12 +142,17 @@ class Callback(TrainerCallback, ExportableState):
             config = config_json(config)  # refused here, before a training starts, naming the key
         if isinstance(summarising, str):
             summarising = [summarising]
-        self._store = as_store(store)
-        self._store_text = os.fspath(store) if isinstance(store, (str, os.PathLike)) else str(self._store.path)
+        if isinstance(store, (str, os.PathLike)):  # opened (made) by the process that writes, when it does
+            self._store_text = os.fspath(store)
+        else:
+            store = as_store(store)  # a Store as it is; anything else refused here, saying what store= takes
+            self._store_text = str(store.path)
+        self._store_given = store
         self.run = run
         self._named = run is not None
         self._config = config
         self._summarising = list(summarising)
+        self._store = None  # the Store, opened as the first training begins on the world's process zero
         self._recorder = None  # the Recorder of the training under way (world process zero only)
         self._ended = None  # the run of the last training that ended as it should, for a later evaluation
         self._step = None  # the step of the values in _said
@@ -172,6 +179,7 @@ class Callback(TrainerCallback, ExportableState):
             return
         recorded = self._checkpointed(state) if state.global_step > 0 else None
         run = self.run if self._named else (recorded or {}).get("run")
+        self._store = as_store(self._store_given)
         names = set(self._store.runs())
         if recorded is not None and run == recorded["run"] and run in names:
             recorder = Recorder(self._store, run=run, summarising=self._summarising, resume=True)
@@ -228,7 +236,8 @@ class Callback(TrainerCallback, ExportableState):
         (``state()``'s ``recorded``, read back from its trainer_state.json),
         or None when it holds none. Read as anything read from disk is:
         a position that is not one this Callback writes is refused."""
-        entries = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
+        kept = getattr(state, "stateful_callbacks", None)
+        entries = kept.get(type(self).__name__) if isinstance(kept, dict) else None
         entries = entries if isinstance(entries, list) else [entries]
         ours = [e for e in entries if isinstance(e, dict) and isinstance(e.get("attributes"), dict)
                 and e["attributes"].get("recorded") is not None]
@@ -316,7 +325,7 @@ class Callback(TrainerCallback, ExportableState):
             n += 1
         why = ("" if recorded is None else
                f" (the checkpoint resumed was recorded into run {recorded['run']!r}, not this one)")
-        return (f"run {run!r} is already in the store at {self._store.path}{why}: a training records a new run, "
+        return (f"run {run!r} is already in the store at {self._store_text}{why}: a training records a new run, "
                 f"e.g. Callback(store, run={f'{run}-{n}'!r}), or continues the run a checkpoint was recorded into "
                 f"(trainer.train(resume_from_checkpoint=...), with Callback(store) or that run's name)")
 

@@ -16,7 +16,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
-from somatize import Store  # noqa: E402
 from somatize._base.errors import SomatizeKeyError, SomatizeValueError  # noqa: E402
 from somatize.record import curve, runs  # noqa: E402
 from somatize.transformers import Callback, fact_name  # noqa: E402
@@ -224,7 +223,7 @@ def test_only_the_world_process_zero_writes(tmp_path):
     trainer = tiny(tmp_path / "out", [cb], max_steps=3, trainer=Elsewhere, save_strategy="no")
     trainer.train()
     assert trainer.state.log_history and not trainer.state.is_world_process_zero
-    assert Store(tmp_path / "store").runs() == [] and cb.run is None
+    assert not (tmp_path / "store").exists() and cb.run is None  # not even made
 
 
 def test_a_name_already_in_the_store_is_refused_before_training(tmp_path):
@@ -251,3 +250,51 @@ def test_somatize_itself_never_imports_transformers():
     code = "import sys, somatize, somatize.record, somatize.torch, somatize.cli\nprint('transformers' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def crashed(tmp_path, store):
+    """A training recorded into ``store`` that crashed at step 5, after
+    checkpoint-3; the checkpoint's trainer_state.json, read."""
+    with pytest.raises(RuntimeError):
+        tiny(tmp_path / "out", [Callback(store), Crash(at=5)]).train()
+    return json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())
+
+
+def resumed(tmp_path, store, state=None):
+    """The crashed training resumed from checkpoint-3 with a Callback of
+    ``store``, its trainer_state.json first written as ``state``."""
+    if state is not None:
+        (tmp_path / "out" / "checkpoint-3" / "trainer_state.json").write_text(json.dumps(state))
+    trainer = tiny(tmp_path / "out", [Callback(store)])
+    trainer.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-3"))
+    return trainer
+
+
+def test_a_checkpoint_whose_position_is_not_one_the_callback_writes_is_refused(tmp_path):
+    state = crashed(tmp_path, tmp_path / "store")
+    for recorded in ({"run": 7, "forwards": 3}, {"forwards": 3}, {"run": "x", "forwards": "3"},
+                     {"run": "x", "forwards": -1}, {"run": "x", "forwards": True}, [1, 2]):
+        state["stateful_callbacks"]["Callback"]["attributes"]["recorded"] = recorded
+        with pytest.raises(SomatizeValueError, match="trainer_state.json holds .* which is not one it writes"):
+            resumed(tmp_path, tmp_path / "store", state)
+    assert len(runs(tmp_path / "store")) == 1
+
+
+def test_a_checkpoint_ahead_of_its_run_is_refused_naming_both(tmp_path):
+    state = crashed(tmp_path, tmp_path / "store")
+    state["stateful_callbacks"]["Callback"]["attributes"]["recorded"]["forwards"] = 40
+    with pytest.raises(SomatizeValueError, match="holds 4 forwards, fewer than the 40 to rewind to"):
+        resumed(tmp_path, tmp_path / "store", state)
+    row = only_run(tmp_path / "store")
+    assert row["state"] == "interrupted" and "fewer than the 40" in row["cause"]
+    assert list(by_step(tmp_path / "store", row["run"], "loss")) == [1, 2, 3, 4]  # nothing dropped
+
+
+def test_a_checkpoint_resumed_into_another_store_begins_its_run_there_at_the_checkpoint(tmp_path):
+    crashed(tmp_path, tmp_path / "store")
+    trainer = resumed(tmp_path, tmp_path / "other")
+    first, there = only_run(tmp_path / "store"), only_run(tmp_path / "other")
+    assert there["run"] == first["run"] and (there["state"], there["steps"]) == ("finished", 3)
+    assert by_step(tmp_path / "other", there["run"], "loss") == {
+        s: v for s, v in logged(trainer.state.log_history, "loss").items() if s > 3}
+    assert there["config.learning_rate"] == 1e-3  # a new run: the training's config
