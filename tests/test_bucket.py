@@ -252,3 +252,12 @@ def test_a_forked_child_is_refused_a_bucket_clearly_and_a_spawned_one_reaches_it
     child.join(60)
     assert _BUCKET.get("from/spawned", 20) == b"spawned"
     assert _BUCKET.put("after/fork", b"y")  # and the parent's client still works
+
+
+def test_a_listing_with_tags_gives_the_etag_a_get_would(url):
+    bucket = Bucket(url)
+    a = bucket.put("heads/a.json", b"{}")
+    bucket.create("heads/b.json", b"[]")
+    b = bucket.head("heads/b.json")[1]
+    assert bucket.list("heads", tags=True) == [("heads/a.json", 2, a), ("heads/b.json", 2, b)]
+    assert bucket.get_if_changed("heads/a.json", a, 10) is None

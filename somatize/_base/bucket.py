@@ -319,10 +319,11 @@ class Bucket:
             return None
         return meta["size"], meta["e_tag"]
 
-    def list(self, prefix=""):
+    def list(self, prefix="", tags=False):
         """``[(key, size)]`` of every key below the folder ``prefix`` (all
-        when ""), sorted: one LIST (paginated by the client). A key the
-        bucket holds there that is no key of ours (``key_parts``) is skipped."""
+        when ""), sorted: one LIST (paginated by the client); ``tags``:
+        ``[(key, size, etag)]`` (the LIST carries each key's etag). A key
+        the bucket holds there that is no key of ours (``key_parts``) is skipped."""
         base = self._path(prefix) if prefix else self.prefix
         start = len(self.prefix) + 1 if self.prefix else 0
 
@@ -339,7 +340,7 @@ class Bucket:
                 key_parts(key)
             except SomatizeValueError:
                 continue
-            found.append((key, meta["size"]))
+            found.append((key, meta["size"], meta.get("e_tag")) if tags else (key, meta["size"]))
         found.sort()
         return found
 
