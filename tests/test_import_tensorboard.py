@@ -268,6 +268,23 @@ def test_links_are_not_followed_and_a_fifo_is_not_opened(logdir, tmp_path):
     assert [name for name, _ in files] == events_of(logdir / "exp2")[:1]
 
 
+def test_a_name_that_is_not_text_neither_breaks_a_line_nor_the_config(tmp_path):
+    logdir = tmp_path / "logs"
+    with SummaryWriter(logdir / "plain") as w:  # TensorBoard's writer takes no such name: renamed after
+        w.add_scalar("loss", 1.0, 0, walltime=wall(0))
+    os.rename(logdir / "plain", os.path.join(os.fsencode(logdir), b"bad\xffname\nimported  fake"))  # not UTF-8
+    done = somatize_cli("import", "tensorboard", logdir, tmp_path / "store")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("imported  bad\\xffname\\x0aimported  fake -> run bad_name_imported_fake: 1 step")
+    assert len(done.stdout.splitlines()) == 2
+    from somatize.record._runs import load_summary
+
+    source = load_summary(tmp_path / "store" / "runs" / "bad_name_imported_fake")["config"]["tensorboard"]
+    assert source["folder"] == "bad\\xffname\\x0aimported  fake"
+    assert somatize.import_tensorboard(logdir, tmp_path / "store")[0].outcome == "skipped"
+
+
 def test_a_failed_import_leaves_no_run(logdir, tmp_path):
     from somatize.record._log import series_file_name
 

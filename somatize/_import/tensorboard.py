@@ -284,7 +284,16 @@ def _to_folder(fd, name) -> bool:
 
 
 def _shown(parts) -> str:
-    return "/".join(parts) if parts else "."
+    return "/".join(map(text_of, parts)) if parts else "."
+
+
+def text_of(name) -> str:
+    """A name from the file system as text to show and keep: bytes that are
+    not UTF-8 (``os.listdir``'s surrogates) and control characters written
+    as ``\\xNN``, so a name can neither break a line of the report nor a
+    run's config (JSON holds no surrogate)."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # -- names ------------------------------------------------------------------
@@ -296,13 +305,19 @@ def run_name(parts, logdir_name) -> str:
     may not hold (``_store.names.RUN_NAME``) as ``_``, no dot first; a path
     too long cut, with a digest of it to keep two apart."""
     text = "-".join(parts) if parts else logdir_name
-    plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", plain).lstrip(".") or "run"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", _ascii(text)).lstrip(".") or "run"
     if len(name) > NAME_LIMIT:
         import xxhash
 
         name = f"{name[: NAME_LIMIT - 9]}-{xxhash.xxh32_hexdigest(text.encode('utf-8', 'surrogateescape'))}"
     return name
+
+
+def _ascii(text) -> str:
+    """``text`` with its accents dropped (``café``: ``cafe``) and every other
+    character that is not ASCII as ``_``."""
+    return "".join(c if c.isascii() else "_" for c in unicodedata.normalize("NFKD", text)
+                   if not unicodedata.combining(c))
 
 
 def candidates(name):
@@ -320,8 +335,7 @@ def fact_name(tag, taken) -> str:
     ``-2``... after one ``taken`` already."""
     name = tag
     if refused_key(name) is not None:
-        plain = unicodedata.normalize("NFKD", tag).encode("ascii", "ignore").decode()
-        name = re.sub(r"[^A-Za-z0-9_.\-/]+", "_", plain)[:120] or "value"
+        name = re.sub(r"[^A-Za-z0-9_.\-/]+", "_", _ascii(tag))[:120] or "value"
         if not re.match(r"[A-Za-z_]", name):
             name = "_" + name
         if refused_key(name) is not None:
@@ -342,7 +356,7 @@ def fact_name(tag, taken) -> str:
 def one_folder(root, root_fd, parts, events, store) -> Imported:
     """Import one folder's event files, unless it is in the store already."""
     folder = _shown(parts)
-    identity = [[name, size] for name, size in events]
+    identity = [[text_of(name), size] for name, size in events]
     try:
         run, before = _place(store, run_name(parts, root.name), folder, identity)
     except (SomatizeError, OSError, files.Refused) as e:
@@ -354,6 +368,8 @@ def one_folder(root, root_fd, parts, events, store) -> Imported:
     except SomatizeError as e:
         return Imported(folder, run, "failed", said=f"{e}; nothing of it written")
     if not read.points and read.hparams is None:
+        if read.unread:
+            return Imported(folder, run, "failed", said=f"{_unread_text(read.unread)}; nothing of it written")
         return Imported(folder, None, "skipped", said="no scalars or hparams in it" + read.notes(", "))
     return write_run(store, run, folder, read)
 
@@ -471,20 +487,21 @@ def read_folder(root_fd, parts, events) -> Read:
     metadata: dict = {}  # tag -> its first metadata (TensorBoard's rule: a tag's plugin is said once)
     try:
         for name, _ in events:
+            shown = text_of(name)
             try:
                 fd, size = files.open_file(name, folder_fd)
             except files.Refused as e:
-                read.unread.append([name, 0, f"{e.kind} now, not a regular file: not opened"])
+                read.unread.append([shown, 0, f"{e.kind} now, not a regular file: not opened"])
                 continue
             except FileNotFoundError:
                 continue  # gone since the walk
             except OSError as e:
-                read.unread.append([name, 0, f"cannot be opened ({e.strerror})"])
+                read.unread.append([shown, 0, f"cannot be opened ({e.strerror})"])
                 continue
             source = _Source(fd, size)
             try:
-                read.files.append([name, size])
-                _read_file(source, name, read, metadata)
+                read.files.append([shown, size])
+                _read_file(source, shown, read, metadata)
             finally:
                 source.close()
     finally:
@@ -535,6 +552,7 @@ def _read_file(source, name, read, metadata):
     says the offset."""
     from tensorboard.compat.proto import event_pb2
     from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
+    from tensorboard.plugins.hparams import metadata as hparams
 
     # Made with a path that is there (it asks; its GFile opens nothing until read), then given our
     # descriptor to read: it opens nothing itself, so no link is followed and no FIFO waited on.
@@ -564,14 +582,12 @@ def _read_file(source, name, read, metadata):
             read.pass_over("records not an event")
             continue
         if event.WhichOneof("what") == "summary":
-            _summary(event, read, metadata)
+            _summary(event, read, metadata, hparams)
 
 
-def _summary(event, read, metadata):
-    """One event's summary values: scalars kept by tag and step, hparams as
-    the config, the rest counted."""
-    from tensorboard.plugins.hparams import metadata as hparams_metadata
-
+def _summary(event, read, metadata, hparams):
+    """One event's summary values: scalars kept by tag and step, hparams (the
+    plugin's module ``hparams`` reads them) as the config, the rest counted."""
     step, wall = event.step, event.wall_time
     for value in event.summary.value:
         tag = value.tag
@@ -588,10 +604,10 @@ def _summary(event, read, metadata):
             if number is None:
                 read.pass_over("scalars that are not one number")
                 continue
-        elif plugin == hparams_metadata.PLUGIN_NAME:  # its metadata alone says it (torch writes no tensor)
-            if tag == hparams_metadata.SESSION_START_INFO_TAG:
+        elif plugin == hparams.PLUGIN_NAME:  # its metadata alone says it (torch writes no tensor)
+            if tag == hparams.SESSION_START_INFO_TAG:
                 try:
-                    info = hparams_metadata.parse_session_start_info_plugin_data(meta.plugin_data.content)
+                    info = hparams.parse_session_start_info_plugin_data(meta.plugin_data.content)
                 except Exception:  # noqa: BLE001 - hparams that do not parse: counted
                     read.pass_over("hparams that do not read")
                     continue
