@@ -43,7 +43,7 @@ import tempfile
 import time
 
 import torch
-from common import machine, reported, target
+from common import machine, quartiles, reported, target
 from digits_models import cnn, digits
 
 from somatize import Recorder
@@ -169,18 +169,6 @@ def paired(store, pairs=16, block=20, batch=BATCH, threads=None):
         if rec is not None:
             rec.close()
     return {"wall": [w1 / w0 for w0, w1 in zip(*wall)], "cpu": [c1 / c0 for c0, c1 in zip(*cpu)]}
-
-
-def quartiles(values):
-    """The median of per-pair ratios, how sure it is (a 95% bootstrap interval
-    of the median, seeded) and the quartiles of the pairs."""
-    import random
-
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    pick = random.Random(0)
-    medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(2000))
-    return (f"median {statistics.median(values):.3f}x (95% interval {medians[50]:.3f}-{medians[1949]:.3f}; "
-            f"quartiles {q[0]:.3f}-{q[2]:.3f}, {len(values)} pairs)")
 
 
 def all_reduce_us():

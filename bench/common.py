@@ -120,6 +120,16 @@ def ratio(mine, theirs):
     return statistics.median(a / b for a, b in zip(mine, theirs))
 
 
+def quartiles(values):
+    """The median of per-pair ratios, how sure it is (a 95% bootstrap interval
+    of the median, seeded) and the quartiles of the pairs."""
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    pick = random.Random(0)
+    medians = sorted(statistics.median(pick.choices(values, k=len(values))) for _ in range(2000))
+    return (f"median {statistics.median(values):.3f}x (95% interval {medians[50]:.3f}-{medians[1949]:.3f}; "
+            f"quartiles {q[0]:.3f}-{q[2]:.3f}, {len(values)} pairs)")
+
+
 # -- the reference model (the Trainer's notebook: Body 8->32->32, Head 32->1) --
 
 
