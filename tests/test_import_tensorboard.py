@@ -17,7 +17,10 @@ from torch.utils.tensorboard import SummaryWriter
 import somatize
 from somatize import Recorder, Store
 from somatize._import import tensorboard as tb
-from somatize.record import curve, runs
+from somatize.record import curve, progress, runs
+
+from pictures import SVG, parse
+from pictures import curve as read_curve
 
 T0 = 1_700_000_000.0  # the wall time of step 0 given to the writer; a step is 0.25 s
 
@@ -158,6 +161,17 @@ def test_wall_s_is_the_events_own_time_on_the_steps_log_says_it(tmp_path):
     got = curve(tmp_path / "store", "run", "wall_s")
     assert {int(f): v for f, v in got.items()} == said
     assert len(said) < 200 and all(s in said for s in range(100, 200))
+
+
+def test_progress_draws_an_imported_run_over_the_events_own_time(tmp_path):
+    logdir = tmp_path / "logs"
+    with SummaryWriter(logdir / "r") as w:
+        for s in range(60):  # a step every 0.5 s: wall_s said on some, the others drawn between them
+            w.add_scalar("loss", 1.0 / (s + 1), s, walltime=T0 + 0.5 * s)
+    somatize.import_tensorboard(logdir, tmp_path / "store")
+    svg = parse(progress(tmp_path / "store", run="r", x="relative").to_html()).find(f".//{SVG}svg")
+    (points, (dx, _)) = read_curve(svg)
+    assert [x for x, _ in points] == pytest.approx([0.5 * s for s in range(60)], abs=dx)
 
 
 def test_importing_again_skips_each_run_naming_it(logdir, tmp_path):
