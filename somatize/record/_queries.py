@@ -31,6 +31,7 @@ from .._base.errors import (
 )
 from .._store.names import store_root
 from . import _files, _log
+from ._mirror import local
 from ._runs import (
     INDEX,
     LOG,
@@ -55,7 +56,7 @@ class RunRecord:
             raise SomatizeTypeError(f"run= takes the name of a run (a str), like run=\"a-run\"; "
                                     f"got {type(run).__name__} {run!r:.60}")
         self.name = run
-        self.folder = existing_folder(store_root(store), run)
+        self.folder = existing_folder(store_root(local(store, run)), run)
         recorder = live_recorder(self.folder)
         if recorder is not None:
             view = recorder._view()

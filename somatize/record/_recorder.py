@@ -34,7 +34,7 @@ from pathlib import Path
 import orjson
 import xxhash
 
-from .._base.errors import DamagedError, SomatizeTypeError, SomatizeValueError
+from .._base.errors import BucketError, DamagedError, Fenced, SomatizeTypeError, SomatizeValueError
 from .._base.files import Refused
 from .._graph.watchers import Holders
 from .._store.names import run_names
@@ -109,10 +109,23 @@ class Recorder:
     since the last completed flush: the flusher runs every 0.25 s, so
     typically 0.25 to 0.5 s of facts, more under heavy load; the run then
     lists as interrupted.
+
+    A Store in a bucket (``Store("s3://bucket/prefix")``): the run is
+    written as above into a copy on this machine (under
+    ``$SOMATIZE_CACHE``, by default ``~/.cache/somatize``), and a thread of
+    the process sends what its commits add to the bucket, a segment at most
+    every 2 s (``record/_upload.py``): a step never waits on the network.
+    ``flush()`` returns once the bucket holds what was handed over,
+    ``close()`` once the run's head there says finished. Another writer of
+    the run (a Recorder with ``resume=True`` on another machine) fences this
+    one out: ``Fenced`` at its next call. ``resume=True`` goes on from this
+    machine's copy where it begins with what the bucket holds (and sends
+    what it holds beyond), else from the bucket's segments.
     """
 
     recording = True  # False for a Recorder made on a rank other than 0 (see _Bystander)
     _logging = None  # a loop's log(): made by its first call (_logged.Logging)
+    _sender = None  # a run in a bucket: its uploads (_upload.Sender)
 
     def __new__(cls, *args, **kwargs):
         if cls is Recorder and launched_rank() != 0:
@@ -140,6 +153,9 @@ class Recorder:
         if run is not None:
             checked_name(run)
         store = _writable_store(store)
+        link = _bucket_link(store)
+        if link is not None:  # written on this machine first, then sent (_upload)
+            store = link.wal
         root, fs = Path(store.path), store.backend
         named = run is not None
         while True:
@@ -202,7 +218,10 @@ class Recorder:
                 )
             try:
                 self._lock_fd = _lock_or_refuse(fs, root, folder, run)
+                start = None if link is None else link.prepare(run, fs, resume, named)
                 self._open(root, run, list(summarising), resume, config)
+                if link is not None:
+                    self._sender = link.sender(self, start)
             except (_files.NotAFile, Refused) as e:
                 self._release()
                 said = f"{e.where} is not a regular file ({e})" if isinstance(e, Refused) else e
@@ -304,8 +323,11 @@ class Recorder:
     # -- flushing ---------------------------------------------------------
 
     def flush(self) -> None:
-        """Write every fact handed over so far, durably, and return."""
+        """Write every fact handed over so far, durably, and return (a run in
+        a bucket: once the bucket holds them)."""
         self._flush()
+        if self._sender is not None and os.getpid() == self._pid:  # a forked child sends nothing
+            self._sender.wait()
 
     def _flush(self, state=None, background=False) -> bool:
         """``flush``; ``state`` (a function that marks the run's state in its
@@ -397,8 +419,19 @@ class Recorder:
             raise
         self._let_go()
         self._raise_if_unusable(closed_ok=True)
+        if self._sender is not None:
+            try:
+                self._sender.wait(closing=True)
+            except BucketError as e:
+                raise BucketError(
+                    f"run {self.run!r} is closed on this machine (its local copy: {self.folder}), but "
+                    f"{e.url} did not take its last segment: {e}. Recorder(store, run={self.run!r}, "
+                    f"resume=True) on this machine sends it, and close() then marks it {state}",
+                    url=e.url, key=e.key, status=e.status) from e
 
     def _let_go(self):
+        if self._sender is not None:
+            self._sender.open = False  # no more heads of an open run; what is left is still sent
         with self._flush_lock:
             self._closed = True
             if self._error is None:
@@ -457,6 +490,8 @@ class Recorder:
                 self._write_summary()
                 _recovery.truncate(self._fs, (*self._parts, LOG), self._summary["log_bytes"])
                 self._log_bytes = self._summary["log_bytes"]
+                if self._sender is not None:
+                    self._sender.rewound(self._log_bytes)
                 if head:
                     batch = _Batch()
                     self._absorb(head, batch)
@@ -509,6 +544,9 @@ class Recorder:
             self._pending = _Stopped(self)
 
     def _raise_if_unusable(self, closed_ok=False):
+        if isinstance(self._error, Fenced):
+            raise Fenced(f"the Recorder of run {self.run!r} stopped: {self._error}",
+                         url=self._error.url, key=self._error.key) from self._error
         if self._error is not None:
             raise DamagedError(
                 f"the Recorder of run {self.run!r} stopped: a flush into {self.folder} failed "
@@ -668,6 +706,8 @@ class Recorder:
             if not kept:
                 fs.close(staged)
         fs.place(staged)
+        if self._sender is not None:
+            self._sender.committed()
 
     def _dir(self, sub):
         """The run's folder (``sub`` "") or its ``SERIES`` folder, held open
@@ -966,6 +1006,16 @@ def _writable_store(store):
             f"write Recorder(Store({str(store.path)!r}), ...)"
         )
     return store
+
+
+def _bucket_link(store):
+    """For a Store in a bucket, its ``_upload.Link`` (the local copy runs are
+    written into first); None for a store on disk."""
+    if getattr(store, "bucket", None) is None:
+        return None
+    from ._upload import Link
+
+    return Link(store)
 
 
 def _free_name(root, run):

@@ -40,6 +40,10 @@ SERIES = "series"
 
 # realpath of a run folder -> the live Recorder writing it in this process
 LIVE: dict = {}
+# a run folder of a bucket's mirror (record/_mirror.py) -> "" while its writer,
+# elsewhere, replaces its head (its lock here is nobody's), or why the run is
+# damaged in its bucket (the key named): what the mirror's last look found
+ELSEWHERE: dict = {}
 LIVE_LOCK = fork_safe(threading.RLock())
 # a run folder -> (its summary.json's identity, that summary as parsed, or
 # why it did not read): a listing parses a summary again only when a flush
@@ -340,6 +344,8 @@ def _row(name, folder, runs_fd, live, fs=None) -> tuple[dict | None, tuple | Non
     except OSError as e:  # one not ours to open
         return {"run": name, "state": "damaged", "problem": f"{folder} cannot be opened ({e.strerror})"}, None
     try:
+        if ELSEWHERE and ELSEWHERE.get(folder):  # damaged in its bucket: the mirror said which key
+            return {"run": name, "state": "damaged", "problem": ELSEWHERE[folder]}, None
         recorder = live.get(name)
         if recorder is not None and not recorder._closed:  # closed since the listing began: read from disk
             row = recorder._view().summary
@@ -360,7 +366,7 @@ def _row(name, folder, runs_fd, live, fs=None) -> tuple[dict | None, tuple | Non
             summary["state"] = "damaged"
             summary["problem"] = f"{LOG} {short}; run `somatize check` on the store"
             return summary, None  # what the log holds says so, not the summary alone
-        if summary["state"] == "running" and not holder_alive(folder, run_fd, fs):
+        if summary["state"] == "running" and not holder_alive(folder, run_fd, fs) and folder not in ELSEWHERE:
             summary["state"], summary["cause"] = "interrupted", LOST
         return summary, ident
     finally:

@@ -54,6 +54,7 @@ from .._base import files
 from .._base.forks import fork_safe
 from .._store.names import is_run_name, store_root
 from . import _columns, _runs
+from ._mirror import local
 from ._summary import LOST
 
 KEPT_RUNS = 50_000
@@ -164,7 +165,7 @@ def _opened(store):
     """``(root, a descriptor of its runs/)``, the descriptor None where the
     store has no runs/ yet; ``DamagedError`` where runs/ is a link or a
     file (nothing is read through it)."""
-    path = store_root(store)
+    path = store_root(local(store))  # a bucket's: its mirror, brought up to it
     _runs.runs_dir(path)  # a runs/ that is a link or a file is damage, said so
     try:  # runs/ opened following no link: each run's name is looked up in it
         return str(path), files.open_dir(str(path), ("runs",))
@@ -260,7 +261,7 @@ def kept_table(store, stats) -> Table | None:
     """The table kept of the store (the last made, or the one pages have
     read into), for a caller to hold and hand back as ``held=``."""
     with _LOCK:
-        return _TABLES.get((str(store_root(store)), stats))
+        return _TABLES.get((str(store_root(local(store, sync=False))), stats))
 
 
 def table(store, stats, held: Table | None = None) -> Table:
