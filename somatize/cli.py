@@ -20,7 +20,13 @@ from pathlib import Path
 from ._store.names import MARKER, store_root
 
 
-def _store_path(text: str) -> Path:
+def _store_path(text: str):
+    """The store ``text`` names: a folder holding a marker (a ``Path``), or a
+    bucket's URL (``s3://…``, ``gs://…``, ``az://…``: its text, opened later)."""
+    from ._base.bucket import is_url
+
+    if is_url(text):
+        return text
     path = Path(text)
     if not path.is_dir():
         raise _Usage(f"{text}: no such folder; give the folder of a store (the one holding {MARKER})")
@@ -152,20 +158,24 @@ def _count(n, noun) -> str:
 
 def check_report(path) -> tuple[str, bool]:
     """The text ``somatize check`` prints, and whether the store is clean."""
+    from ._base.bucket import is_url
     from ._base.errors import SomatizeError
     from ._store.check import count_objects
     from ._store.names import run_names
     from ._store.store import Store
     from .record._check import check_runs
 
-    path = Path(path)
+    path = path if is_url(path) else Path(path)
     try:
         store = Store(path, readonly=True)
     except SomatizeError as e:  # a marker that is not one: report it, as any damage
         return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
-    run_problems, notes = check_runs(path)
-    runs = len(run_names(path))
+    if store.bucket is not None:  # its objects and names; its runs' segments are read where they are
+        run_problems, notes, runs = [], [], len(store.runs())
+    else:
+        run_problems, notes = check_runs(path)
+        runs = len(run_names(path))
     problems += run_problems
     checked = (
         f"{_count(count_objects(store), 'object')}, {_count(len(store.names()), 'name')}, "

@@ -42,11 +42,32 @@ def endpoint() -> str:
             from moto.server import ThreadedMotoServer
 
             logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line a request otherwise
+            _atomic_conditional_puts()
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()
             _server = server
         host, port = _server.get_host_and_port()
     return f"http://{host}:{port}"
+
+
+def _atomic_conditional_puts() -> None:
+    """moto 5.2 checks a PUT's If-None-Match / If-Match, then writes, with no
+    lock between: two racing creates can both be answered 200, where S3 (and
+    GCS, Azure, obstore's memory store) answer one 200 and one 412. The
+    server's object PUTs are made one at a time, so its conditional writes
+    are atomic as a real bucket's are (what every race test here relies on)."""
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_one_at_a_time", False):
+        return
+    put, lock = S3Response.put_object, threading.Lock()
+
+    def put_object(self, *args, **kwargs):
+        with lock:
+            return put(self, *args, **kwargs)
+
+    put_object._one_at_a_time = True
+    S3Response.put_object = put_object
 
 
 def reset(url) -> None:
@@ -118,7 +139,8 @@ class Faulty:
                     text = b"<Error><Code>ServiceUnavailable</Code><Message>Slow down</Message></Error>"
                     self.send_header("Content-Length", str(len(text)))
                     self.end_headers()
-                    self.wfile.write(text)
+                    if self.command != "HEAD":
+                        self.wfile.write(text)
                     return
                 if n <= proxy.fail + proxy.stall:
                     proxy._release.wait(proxy.stall_s)  # no answer for a while

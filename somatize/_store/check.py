@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .._base.errors import SomatizeError
+from .._base.errors import BucketError, SomatizeError
 from .._base.files import Refused
 from .names import DIGEST, MARKER, name_problem
 from .objects import TREE, Damaged, check_head, digest_in, parse, references
@@ -26,9 +26,11 @@ _FOLDERS = ("objects", "names", "tmp")
 def check(store):
     """Every problem in ``store``, one line each naming the path; [] when sound."""
     problems = []
-    root = store.path
+    root = _root(store)
     try:
         top = dict(store.backend.list(()))
+    except BucketError as e:
+        return [f"{root}: cannot be listed ({e}); check the bucket's URL and the credentials the environment gives"]
     except (OSError, Refused) as e:
         return [f"{root}: cannot be listed ({_text(e)}); pass the folder of a store"]
     if top.get(MARKER, "file") != "file":
@@ -45,6 +47,21 @@ def check(store):
     return problems
 
 
+class _Url(str):
+    """A bucket store's URL, joined as a path is (``/``, ``joinpath``), for a problem's line."""
+
+    def __truediv__(self, part):
+        return _Url(f"{self}/{part}")
+
+    def joinpath(self, *parts):
+        return _Url("/".join((self, *parts)))
+
+
+def _root(store):
+    """What a problem's line names the store by: its folder, or its URL."""
+    return store.path if store.path is not None else _Url(store.url)
+
+
 def _text(e):
     return str(e) if isinstance(e, Refused) else (e.strerror or str(e))
 
@@ -52,7 +69,7 @@ def _text(e):
 def _check_objects(store):
     problems = []
     manifests = {}  # digest -> the leaves it references
-    objects = store.path / "objects"
+    objects = _root(store) / "objects"
     try:
         subs = sorted(store.backend.list(("objects",)))
     except (OSError, Refused) as e:
@@ -78,7 +95,7 @@ def _check_objects(store):
 
 
 def _check_object(store, prefix, name, kind, manifests):
-    path = store.path / "objects" / prefix / name
+    path = _root(store) / "objects" / prefix / name
     if kind != "file" or not _HEX62.fullmatch(name):
         return [f"{path}: not an object (an object is a file named by 62 hex digits; this is {kind}); remove it"]
     digest = f"sha256:{prefix}{name}"
@@ -111,7 +128,7 @@ def _check_object(store, prefix, name, kind, manifests):
 
 def _check_names(store):
     problems = []
-    names = store.path / "names"
+    names = _root(store) / "names"
     problems += _strays(store, ("names",))
     for name in store.names():
         path = names.joinpath(*name.split("/"))
@@ -141,13 +158,13 @@ def _strays(store, parts):
         try:
             listed = store.backend.list(here)
         except (OSError, Refused) as e:
-            problems.append(f"{store.path.joinpath(*here)}: cannot be listed ({_text(e)}); remove it")
+            problems.append(f"{_root(store).joinpath(*here)}: cannot be listed ({_text(e)}); remove it")
             continue
         for name, kind in listed:
             if kind == "dir":
                 stack.append((*here, name))
             elif kind != "file":
-                problems.append(f"{store.path.joinpath(*here, name)}: is {kind}, not a name the store "
+                problems.append(f"{_root(store).joinpath(*here, name)}: is {kind}, not a name the store "
                                 "wrote (nothing is followed); remove it")
     return problems
 

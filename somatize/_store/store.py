@@ -81,8 +81,10 @@ from pathlib import Path
 import orjson
 
 from .._base.backend import LocalBackend
+from .._base.bucket import Bucket, BucketBackend, is_url
 from .._base.codecs import codec_named
 from .._base.errors import (
+    BucketError,
     CodecError,
     DamagedError,
     SomatizeError,
@@ -94,13 +96,14 @@ from .._base.errors import (
 from .._base.files import MAP_AT, FileInTheWay, Refused
 from .._base.near import AMONG, close_names
 from .check import check as _check
-from .names import DIGEST, MARKER, name_of, name_problem, normal, run_names, store_root
+from .names import DIGEST, MARKER, is_run_name, name_of, name_problem, normal, run_names, store_root
 from .objects import TREE, Damaged, NotThisObject, build, check_head, digest_in, parse, references, split
-from .writer import Writer, direct_io_default
+from .writer import Writer, direct_io_default, parts_of
 
 FORMAT = 2  # its objects may be SMZ2, which a reader of format 1 would call damaged
 _READS = (1, 2)
 _OWN = {MARKER, "objects", "names", "runs", "tmp"}
+_OWN_IN_A_BUCKET = _OWN | {"heads"}  # a bucket's runs: heads/<run>.json (record/_upload)
 _STALE_TMP_S = 3600
 _SMALL_FILE = 1024  # the most bytes a marker or a ref may hold (a ref is 71)
 REPEATED_LIMIT = 1 << 30  # bytes repeated references may add to a recalled value (see the docstring)
@@ -117,6 +120,12 @@ def as_store(store_or_path, readonly=False):
     to one, opened once per process (a Store heals folders deleted under it)."""
     if isinstance(store_or_path, Store):
         return store_or_path
+    if isinstance(store_or_path, str) and is_url(store_or_path):
+        key = (Bucket(store_or_path).url, bool(readonly))
+        found = _opened.get(key)
+        if found is None:
+            found = _opened[key] = Store(key[0], readonly=readonly)
+        return found
     if isinstance(store_or_path, (str, os.PathLike)):
         key = (os.path.abspath(os.path.expanduser(os.fspath(store_or_path))), bool(readonly))
         found = _opened.get(key)
@@ -127,9 +136,20 @@ def as_store(store_or_path, readonly=False):
 
 
 class Store:
-    """A folder that keeps values under names; see the module docstring."""
+    """A folder that keeps values under names; see the module docstring.
+
+    ``Store("s3://bucket/prefix")`` (or ``gs://``, ``az://``, ``memory://``)
+    keeps them in a bucket (docs/store-and-record.md, "A store in a
+    bucket"): ``bucket`` is its ``_base.bucket.Bucket`` and ``url`` its URL
+    (both None for a folder, whose ``path`` is then None in a bucket's)."""
+
+    bucket = None  # the store's Bucket, where it is in one
+    url = None  # its URL, where it is in a bucket
 
     def __init__(self, path, readonly=False, direct_io=None):
+        if isinstance(path, str) and is_url(path):
+            self._in_bucket(path, readonly)
+            return
         if not isinstance(path, (str, os.PathLike)):
             raise SomatizeTypeError(
                 f"Store(path) takes a folder path (str or pathlib.Path); got "
@@ -148,7 +168,45 @@ class Store:
         self._open()
 
     def __repr__(self):
-        return f"Store({str(self.path)!r}{', readonly=True' if self.readonly else ''})"
+        return f"Store({self._named!r}{', readonly=True' if self.readonly else ''})"
+
+    @property
+    def _named(self):
+        """How the store is named in a message: its folder, or its URL."""
+        return self.url if self.path is None else str(self.path)
+
+    # ---- in a bucket -------------------------------------------------------------
+
+    def _in_bucket(self, url, readonly):
+        """Open the store at ``url`` (a bucket): its marker read, or made
+        create-if-absent where the prefix holds nothing else of anyone's."""
+        self.bucket = Bucket(url)
+        self.url, self.path, self.readonly = self.bucket.url, None, bool(readonly)
+        self._tmp = self._names = None
+        self.backend = BucketBackend(self.bucket)
+        self._writer = Writer(self.backend)
+        if self._has_marker():
+            fmt = self._read_marker()
+            if not self.readonly and fmt != FORMAT:
+                self.backend.replace((MARKER,), orjson.dumps({"format": FORMAT}))
+            return
+        if self.readonly:
+            raise SomatizeValueError(
+                f"Store({self.url!r}, readonly=True): not a store (no {MARKER} marker there). A "
+                "read-only store must exist already: pass the URL a Store(url) made, or drop "
+                "readonly=True to make one there."
+            )
+        folders, files = self.bucket.folders()
+        strangers = sorted({*folders, *(name for name, _ in files)} - _OWN_IN_A_BUCKET)
+        if strangers:
+            raise SomatizeValueError(
+                f"Store({self.url!r}): that prefix already holds keys of its own "
+                f"({', '.join(strangers[:3])}{', …' if len(strangers) > 3 else ''}) and no {MARKER} "
+                f"marker, so it is not a store, and a store is not made among someone else's keys. "
+                f"Pass a new or empty prefix, e.g. Store({self.url + '/store'!r})"
+            )
+        marker = orjson.dumps({"format": FORMAT})
+        self.backend.create((MARKER,), [marker], len(marker))  # two openers at once: one writes it
 
     # ---- opening ---------------------------------------------------------------
 
@@ -243,18 +301,20 @@ class Store:
         self._read_marker()
 
     def _read_marker(self):
-        marker = self.path / MARKER
+        marker = self.backend.where((MARKER,))
         try:
             fmt = orjson.loads(self.backend.read((MARKER,), _SMALL_FILE).tobytes())["format"]
+        except BucketError:
+            raise
         except (Refused, OSError, orjson.JSONDecodeError, KeyError, TypeError, IndexError) as e:
             why = f" (it is {e})" if isinstance(e, Refused) else ""
             raise DamagedError(
-                f"{str(marker)!r} is not a store marker{why}; it should be a file holding "
+                f"{marker!r} is not a store marker{why}; it should be a file holding "
                 f"{{\"format\": {FORMAT}}}. Rewrite it so, or open a different folder."
             ) from None
         if fmt not in _READS or type(fmt) is not int:
             raise SomatizeValueError(
-                f"{str(self.path)!r} is a store of format {fmt!r:.40}; this somatize reads formats "
+                f"{self._named!r} is a store of format {fmt!r:.40}; this somatize reads formats "
                 f"{' and '.join(map(str, _READS))}. Upgrade somatize to open it."
             )
         return fmt
@@ -263,7 +323,7 @@ class Store:
         if self.readonly:
             raise StoreNotWritable(
                 f"{call}: {self!r} was opened read-only and keeps nothing. Open it as "
-                f"Store({str(self.path)!r}) to keep values."
+                f"Store({self._named!r}) to keep values."
             )
 
     # ---- names -----------------------------------------------------------------
@@ -272,7 +332,7 @@ class Store:
         problem = name_problem(name)
         if problem:
             raise SomatizeValueError(f"the name {name!r:.300} is not allowed: {problem}")
-        return self._names.joinpath(*name.split("/"))
+        return None if self._names is None else self._names.joinpath(*name.split("/"))
 
     def lookup(self, name):
         """The digest ``name`` points at, or None when there is no such name."""
@@ -284,27 +344,31 @@ class Store:
         return found
 
     def _read_ref(self, name):
-        path = self._names.joinpath(*name.split("/"))
+        path = self.backend.where(("names", *name.split("/")))
         try:
             raw = self.backend.read(("names", *name.split("/")), _SMALL_FILE)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except BucketError:
+            raise
         except Refused as e:
             if e.kind in ("a folder", "a file"):
                 return None  # a folder of names, or a name where this one's folder would be
             raise DamagedError(
-                f"the ref {str(path)!r} (name {name!r}) is {e}; the store writes only small files "
+                f"the ref {path!r} (name {name!r}) is {e}; the store writes only small files "
                 "there. Delete it, then keep the name again."
             ) from None
+        except DamagedError as e:  # a bucket's: larger than a ref may be
+            raise DamagedError(f"the ref {path!r} (name {name!r}) is damaged: {e}") from None
         except OSError as e:
             raise DamagedError(
-                f"the ref {str(path)!r} (name {name!r}) cannot be read ({e.strerror}); fix its "
+                f"the ref {path!r} (name {name!r}) cannot be read ({e.strerror}); fix its "
                 "permissions, or delete it and keep the name again."
             ) from None
         text = raw.tobytes().decode("ascii", "replace").strip()
         if not DIGEST.fullmatch(text):
             raise DamagedError(
-                f"the ref {str(path)!r} (name {name!r}) does not hold a digest. Keep the name "
+                f"the ref {path!r} (name {name!r}) does not hold a digest. Keep the name "
                 "again, or delete that file."
             )
         return text
@@ -323,7 +387,11 @@ class Store:
 
     def runs(self):
         """The names of the runs recorded here, sorted; their summaries and
-        states are in ``somatize.record.runs(store)``."""
+        states are in ``somatize.record.runs(store)``. In a bucket: the runs
+        with a head (``heads/<run>.json``), one LIST."""
+        if self.bucket is not None:
+            found = (key[6:-5] for key, _ in self.bucket.list("heads") if key.endswith(".json"))
+            return sorted(name for name in found if is_run_name(name))
         return run_names(self.backend)
 
     def link(self, name, digest):
@@ -488,6 +556,8 @@ class Store:
                 continue  # a leaf referenced once adds only the bytes present
             try:
                 size = self.backend.size(("objects", leaf[7:9], leaf[9:]))
+            except BucketError:
+                raise
             except (OSError, Refused):
                 continue  # not a file: reading it says what is wrong
             if size is None:
@@ -561,6 +631,8 @@ class Store:
                 f"{self._what(digest, name, part_of)} is {e}, not an object the store wrote "
                 f"(nothing is followed or read there). {_FIX}"
             ) from None
+        except BucketError:
+            raise
         except OSError as e:
             raise DamagedError(
                 f"{self._what(digest, name, part_of)} cannot be read ({e.strerror}). {_FIX}"
@@ -568,8 +640,9 @@ class Store:
         try:
             parsed = parse(buf, digest)
             # An object under 1 MiB is re-hashed too: microseconds, and proof
-            # against more than accidents (see the module docstring).
-            if len(buf) < MAP_AT and digest_in(buf) != digest:
+            # against more than accidents (see the module docstring); one from
+            # a bucket always (it was downloaded whole, and a bucket is shared).
+            if (len(buf) < MAP_AT or self.bucket is not None) and digest_in(buf) != digest:
                 raise NotThisObject("the file does not hash to its name")
         except NotThisObject as e:
             raise DamagedError(
@@ -580,13 +653,16 @@ class Store:
         return parsed
 
     def _object_path(self, digest):
-        return self._writer.path_of(digest)
+        """Where the object lies: its path (a ``Path``), or in a bucket its URL."""
+        return self._writer.path_of(digest) if self.bucket is None else self.backend.where(parts_of(digest))
 
     def _has_object(self, digest, lstat_only=False):
         """An object file is there (a regular file, reached without a link;
         ``lstat_only``: anything by its name, which reading it then names)."""
         try:
             return self.backend.size(("objects", digest[7:9], digest[9:])) is not None
+        except BucketError:
+            raise
         except Refused as e:
             return lstat_only and e.part is None  # no folder on the way is one: no such object
         except OSError:
