@@ -3,7 +3,19 @@ Store and the Recorder write and read through (``somatize/_base/backend.py``),
 asked of every backend. A second backend is one more entry in ``BACKENDS``:
 a class that makes an empty store's backend, opens the same store again (a
 second reader, or the next process), says which hostile things its storage
-can hold (``plant``) and whether other processes can open it."""
+can hold (``plant``) and whether other processes can open it.
+
+A store in a bucket (``_base/bucket.BucketBackend``, issue 33) keeps only
+the Store's objects, names and marker through the seam; a run there is
+written to a local copy (the local backend) and uploaded by segments, so
+appending, staging, syncing and locks are not its promises. The promises
+it shares (create-if-absent, by a name known late, racing; replace old or
+new; walk; remove) are asked of it here too, against ``memory://`` and a
+real S3 server on 127.0.0.1 (the ``shared`` fixture). The rest are not:
+a bucket holds no link, FIFO or folder where a key belongs (there is
+nothing to plant), a PUT is atomic (no copy cut short to replace), and a
+read past its limit is the bucket's ``DamagedError`` naming the URL
+(tests/test_bucket.py asks those of the bucket itself)."""
 
 import os
 import signal
@@ -17,6 +29,7 @@ import pytest
 
 from somatize._base import files
 from somatize._base.backend import LocalBackend
+from somatize._base.bucket import Bucket, BucketBackend
 
 
 class Local:
@@ -59,12 +72,37 @@ class Local:
         return str(path)
 
 
+class InABucket:
+    """A bucket (``memory://``, or the S3 server): nothing can be planted in it."""
+
+    kinds = ()
+    processes = True
+
+    def __init__(self, url):
+        self.url = url
+        self.fs = self.again()
+
+    def again(self):
+        return BucketBackend(Bucket(self.url))
+
+
 BACKENDS = {"local": Local}
+_buckets = iter(range(10**9))
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request, tmp_path):
     return BACKENDS[request.param](tmp_path)
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
+def shared(request, tmp_path):
+    """A backend for the promises a bucket shares (the module docstring)."""
+    if request.param == "local":
+        return Local(tmp_path)
+    if request.param == "memory":
+        return InABucket(f"memory://backend-{next(_buckets)}/store")
+    return InABucket(request.getfixturevalue("s3_url"))
 
 
 def never_waits(call, seconds=10):
@@ -102,11 +140,11 @@ OBJECT = ("objects", "ab", "cdef")
 # ---- create-if-absent ----------------------------------------------------------------------------
 
 
-def test_create_puts_a_file_once_and_then_says_it_is_already_there(store):
-    fs = store.fs
+def test_create_puts_a_file_once_and_then_says_it_is_already_there(shared):
+    fs = shared.fs
     assert fs.create(OBJECT, [b"hel", b"lo"], 5) is True
     assert fs.create(OBJECT, [b"other"], 5) is False  # already there: nothing written
-    assert bytes(store.again().read(OBJECT)) == b"hello"
+    assert bytes(shared.again().read(OBJECT)) == b"hello"
 
 
 def test_create_replaces_a_file_cut_short(store):
@@ -117,8 +155,8 @@ def test_create_replaces_a_file_cut_short(store):
     assert bytes(fs.read(OBJECT)) == b"hello"
 
 
-def test_create_by_a_name_known_once_the_bytes_are_written(store):
-    fs = store.fs
+def test_create_by_a_name_known_once_the_bytes_are_written(shared):
+    fs = shared.fs
     written = []
 
     def chunks():
@@ -136,8 +174,8 @@ def test_create_by_a_name_known_once_the_bytes_are_written(store):
     assert fs.list(("tmp",)) == []  # the bytes written for nothing left nothing behind
 
 
-def test_creates_of_one_name_racing_leave_it_whole(store):
-    fs = store.fs
+def test_creates_of_one_name_racing_leave_it_whole(shared):
+    fs = shared.fs
     body = os.urandom(1 << 20)
     answers = []
     threads = [threading.Thread(target=lambda: answers.append(fs.create(OBJECT, [body], len(body))))
@@ -164,8 +202,8 @@ def test_creates_leave_their_folders_to_sync_together_when_asked(store):
 # ---- replace: atomic ------------------------------------------------------------------------------
 
 
-def test_replace_is_old_or_new_never_a_mix(store):
-    fs, reader = store.fs, store.again()
+def test_replace_is_old_or_new_never_a_mix(shared):
+    fs, reader = shared.fs, shared.again()
     parts = ("names", "a", "b")
     old, new = b"o" * (1 << 20), b"n" * (1 << 20) + b"!"
     fs.replace(parts, old)
@@ -341,15 +379,15 @@ def test_list_says_what_each_entry_is_and_follows_no_link(store):
         assert e.value.where == where  # the folder on the way is named, nothing read through it
 
 
-def test_walk_finds_every_file_below_and_nothing_else(store):
-    fs = store.fs
+def test_walk_finds_every_file_below_and_nothing_else(shared):
+    fs = shared.fs
     for parts in (("names", "a"), ("names", "b", "c"), ("names", "b", "d", "e")):
         fs.replace(parts, b"1")
-    for kind in store.kinds:
+    for kind in shared.kinds:
         if kind != "a folder":
-            store.plant(("names", "b", kind), kind)
-    if "a link" in store.kinds:
-        store.plant(("names", "out"), "a folder link")
+            shared.plant(("names", "b", kind), kind)
+    if "a link" in shared.kinds:
+        shared.plant(("names", "out"), "a folder link")
     assert sorted(fs.walk(("names",))) == [("a",), ("b", "c"), ("b", "d", "e")]
     assert fs.walk(("nothing",)) == []
 
@@ -498,13 +536,13 @@ def test_make_says_which_folders_changed_and_refuses_a_file_in_the_way(store):
         fs.make(("runs", "f", "series"))
 
 
-def test_remove_takes_a_file_or_a_link_never_what_it_points_at(store):
-    fs = store.fs
+def test_remove_takes_a_file_or_a_link_never_what_it_points_at(shared):
+    fs = shared.fs
     fs.replace(("runs", "r", "index.bin"), b"x")
     fs.remove(("runs", "r", "index.bin"))
     fs.remove(("runs", "r", "index.bin"))  # gone already: nothing
     assert fs.size(("runs", "r", "index.bin")) is None
-    if "a link" in store.kinds:
-        store.plant(("runs", "r", "link"), "a link")
+    if "a link" in shared.kinds:
+        shared.plant(("runs", "r", "link"), "a link")
         fs.remove(("runs", "r", "link"))
-        assert fs.list(("runs", "r")) == [] and (store.outside / "secret").exists()
+        assert fs.list(("runs", "r")) == [] and (shared.outside / "secret").exists()
