@@ -6,11 +6,25 @@ clock: a writer's staleness is judged on a clock the test sets, a request
 held back is held by a proxy until the test lets it go, and a poll for
 another process's fact stops at a count of polls."""
 
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
 import orjson
 import pytest
+import torch
 import xxhash
+from buckets import Faulty
 
-from somatize.record import _segments
+from somatize import Recorder, Store
+from somatize._base.bucket import Bucket
+from somatize._base.errors import DamagedError, Fenced
+from somatize.record import _mirror, _segments, _upload, curve, facts, runs
 from somatize.record._segments import Broken
 
 
@@ -87,3 +101,414 @@ def test_a_heads_key_names_its_run_and_nothing_else():
     assert _segments.run_of_head("heads/.json") is None
     assert _segments.run_of_head("runs/a/seg/0000000000") is None
     assert _segments.segment_key("a", 12) == "runs/a/seg/0000000012"
+
+
+# -- a run written to the bucket, read through the mirror -------------------------------------
+
+TASKS = Path(__file__).with_name("bucket_tasks.py")
+POLLS = 600  # a poll for another process's fact gives up after this many (0.1 s apart): a bound, never asserted
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """This test's machine: its copies of buckets under a cache of its own
+    (``SOMATIZE_CACHE``); ``machine("b")`` moves to another machine."""
+    def to(name):
+        folder = tmp_path / f"cache-{name}"
+        monkeypatch.setenv("SOMATIZE_CACHE", str(folder))
+        return folder
+
+    to("a")
+    return to
+
+
+def logged(rec, start, stop):
+    for i in range(start, stop):
+        rec.forward_began()
+        rec({"fact": "loss", "value": float(i)})
+
+
+def losses(store, run):
+    return list(curve(store, run, "loss"))
+
+
+def head_of(store, run):
+    return _segments.decode_head(store.bucket.get(_segments.head_key(run), 1 << 24), run)
+
+
+def spent(bucket, before):
+    """The requests ``bucket`` made since its counts were ``before``, by method."""
+    return {m: n - before.get(m, 0) for m, n in bucket.requests.items() if n != before.get(m, 0)}
+
+
+def state_of(store, run):
+    return runs(store).set_index("run").loc[run, "state"]
+
+
+def test_a_run_written_to_the_bucket_reads_back_on_another_machine(s3_url, machine):
+    store = Store(s3_url)
+    with Recorder(store, run="r", config={"lr": 0.1}) as rec:
+        logged(rec, 0, 100)
+        rec.flush()
+        assert head_of(store, "r")["segments"] >= 1
+        logged(rec, 100, 150)
+    head = head_of(store, "r")
+    assert head["state"] == "finished" and head["summary"]["forwards"] == 150
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, "r") == [float(i) for i in range(150)]
+    assert [f["value"] for f in facts(reader, "r") if f["fact"] == "loss"] == [float(i) for i in range(150)]
+    table = runs(reader).set_index("run")
+    assert table.loc["r", "state"] == "finished" and table.loc["r", "forwards"] == 150
+    assert table.loc["r", "config.lr"] == 0.1
+
+
+def test_a_commit_costs_two_puts_and_a_poll_of_a_run_unchanged_is_one_304(s3_url, machine):
+    store = Store(s3_url)
+    rec = Recorder(store)
+    logged(rec, 0, 10)
+    rec.flush()
+    counts = []
+    for k in range(1, 6):
+        before = dict(store.bucket.requests)
+        logged(rec, 10 * k, 10 * k + 10)
+        rec.flush()
+        counts.append(spent(store.bucket, before))
+    assert counts == [{"PUT": 2}] * 5  # the segment, then the head
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, rec.run) == [float(i) for i in range(60)]
+    before, received = dict(reader.bucket.requests), reader.bucket.received
+    assert losses(reader, rec.run) == [float(i) for i in range(60)]
+    assert spent(reader.bucket, before) == {"GET": 1}
+    assert reader.bucket.received == received  # a 304: no byte sent
+    rec.close()
+
+
+def test_runs_lists_the_heads_once_and_fetches_only_those_that_changed(s3_url, machine):
+    store = Store(s3_url)
+    names = [f"run-{i}" for i in range(5)]
+    for name in names:
+        with Recorder(store, run=name) as rec:
+            logged(rec, 0, 3)
+    machine("b")
+    reader = Store(s3_url)
+    assert sorted(runs(reader)["run"]) == names
+    before = dict(reader.bucket.requests)
+    assert sorted(runs(reader)["run"]) == names
+    assert spent(reader.bucket, before) == {"LIST": 1}
+    machine("a")
+    with Recorder(store, run="run-2", resume=True) as rec:
+        logged(rec, 3, 5)
+    machine("b")
+    before = dict(reader.bucket.requests)
+    table = runs(reader).set_index("run")
+    assert table.loc["run-2", "forwards"] == 5 and table.loc["run-1", "forwards"] == 3
+    assert spent(reader.bucket, before) == {"LIST": 1, "GET": 2}  # the head that changed, and its new segment
+
+
+def held_from_now_on(proxy, url):
+    """``Store(url)`` opened through ``proxy``, which then holds back the
+    next request (and answers the rest); the requests the opening made."""
+    store = Store(url)
+    opened = len(proxy.seen)
+    proxy.stall = opened + 1
+    return store, opened
+
+
+def test_the_network_is_never_on_the_steps_path(s3_url, machine, moto_endpoint, monkeypatch):
+    """Every request to the bucket held back by a proxy: facts handed over,
+    flushed into the local copy and read back while the segment's PUT waits;
+    the bucket gets them once it answers."""
+    with Faulty(moto_endpoint, stall_s=120) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        store, opened = held_from_now_on(proxy, s3_url)
+        rec = Recorder(store)  # a name of its own: nothing asked of the bucket
+        logged(rec, 0, 1000)
+        rec._flush()  # the local commit, as the background flusher makes it
+        for _ in range(POLLS):
+            if len(proxy.seen) > opened:
+                break
+            time.sleep(0.1)
+        assert [m for m, _ in proxy.seen[opened:]] == ["PUT"]  # the segment, held back
+        logged(rec, 1000, 2000)
+        rec._flush()
+        assert losses(rec.root, rec.run) == [float(i) for i in range(2000)]
+        assert len(proxy.seen) == opened + 1  # nothing else went out meanwhile
+        proxy._release.set()
+        rec.close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, rec.run) == [float(i) for i in range(2000)]
+    assert state_of(reader, rec.run) == "finished"
+
+
+def test_two_writers_racing_for_one_segment_number_one_wins_the_other_is_fenced(s3_url, machine):
+    store = Store(s3_url)
+    with Recorder(store, run="r") as rec:
+        logged(rec, 0, 10)
+    writers = []
+    for name in ("a", "b"):  # two machines resume the same run: both will make segment 1 next
+        machine(name)
+        writers.append(Recorder(Store(s3_url), run="r", resume=True))
+    assert {w._sender.n for w in writers} == {1}
+    for w, start in zip(writers, (10, 20)):
+        logged(w, start, start + 5)
+    outcomes, go = [None, None], threading.Barrier(2)
+
+    def flush(i):
+        go.wait()
+        try:
+            writers[i].flush()
+            outcomes[i] = "won"
+        except Fenced as e:
+            outcomes[i] = e
+
+    threads = [threading.Thread(target=flush, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(str, outcomes)).count("won") == 1
+    won = outcomes.index("won")
+    lost = outcomes[1 - won]
+    assert "runs/r/seg/0000000001" in str(lost) and "fenced out" in str(lost)
+    with pytest.raises(Fenced, match="stopped"):
+        logged(writers[1 - won], 50, 51)  # the loser's next fact says so
+    with pytest.raises(Fenced, match="stopped"):
+        writers[1 - won].close()
+    writers[won].close()
+    machine("c")
+    start = (10, 20)[won]
+    assert losses(Store(s3_url), "r") == [float(i) for i in [*range(10), *range(start, start + 5)]]
+
+
+def test_a_stale_etag_fences_the_writer_whose_head_was_replaced(s3_url, machine):
+    store = Store(s3_url)
+    rec = Recorder(store, run="r")
+    logged(rec, 0, 10)
+    rec.flush()
+    head = head_of(store, "r")
+    store.bucket.put(_segments.head_key("r"), _segments.encode_head(
+        "r", "another-writer", 1, head["segments"] + 1, "running", head["updated"], head["files"], head["summary"]))
+    logged(rec, 10, 20)
+    with pytest.raises(Fenced, match="heads/r.json"):
+        rec.flush()
+    with pytest.raises(Fenced, match="stopped"):
+        rec.close()
+
+
+def test_a_deleted_or_corrupted_segment_is_damage_naming_its_key(s3_url, machine):
+    store = Store(s3_url)
+    for name in ("gone", "flipped", "whole"):
+        with Recorder(store, run=name) as rec:
+            logged(rec, 0, 10)
+            rec.flush()
+            logged(rec, 10, 20)
+    bucket = store.bucket
+    bucket.delete(_segments.segment_key("gone", 1))
+    data = bytearray(bucket.get(_segments.segment_key("flipped", 0), 1 << 24))
+    data[-20] ^= 0xFF
+    bucket.put(_segments.segment_key("flipped", 0), bytes(data))
+    machine("b")
+    reader = Store(s3_url)
+    with pytest.raises(DamagedError, match=r"runs/gone/seg/0000000001 is missing"):
+        curve(reader, "gone", "loss")
+    with pytest.raises(DamagedError, match=r"runs/flipped/seg/0000000000 has a body whose hash"):
+        facts(reader, "flipped")
+    table = runs(reader).set_index("run")
+    assert table.loc["gone", "state"] == "damaged" and "runs/gone/seg/0000000001" in table.loc["gone", "problem"]
+    assert table.loc["flipped", "state"] == "damaged"
+    assert "runs/flipped/seg/0000000000" in table.loc["flipped", "problem"]
+    assert table.loc["whole", "state"] == "finished"
+    assert losses(reader, "whole") == [float(i) for i in range(20)]
+
+
+def test_a_bucket_read_is_bounded_by_what_is_there_and_by_its_prefix(s3_url, machine):
+    store = Store(s3_url)
+    with Recorder(store, run="r") as rec:
+        logged(rec, 0, 5)
+    bucket = store.bucket
+    head = head_of(store, "r")
+    bucket.put(_segments.head_key("r"), _segments.encode_head(  # a head claiming segments not there
+        "r", head["writer"], head["seq"] + 1, 10**9, "running", head["updated"], head["files"], head["summary"]))
+    outside = Bucket(s3_url.rsplit("/", 1)[0] + "/elsewhere")
+    outside.put("heads/x.json", b"{}")  # a sibling prefix's head: never listed
+    bucket.put("heads/not a run name.json", b"{}")
+    machine("b")
+    reader = Store(s3_url)
+    with pytest.raises(DamagedError, match="seg/00000000"):
+        curve(reader, "r", "loss")
+    listed = runs(reader)
+    assert list(listed["run"]) == ["r"] and listed["state"][0] == "damaged"
+    assert reader.bucket.requests["GET"] <= 2 + 2 * _mirror.BATCH  # the heads and one batch of segments at most
+
+
+def test_a_writer_killed_before_its_segment_reads_interrupted_at_its_last_segment(s3_url, machine):
+    """Killed after an object and 10 forwards reached the bucket and 10 more
+    were committed on its machine only: another machine reads 10, running
+    until the head goes stale (a clock the test sets), then interrupted;
+    the object is there. Resumed on the writer's own machine, its copy sends
+    the 10 more; resumed on another, the run goes on from its last segment."""
+    with subprocess.Popen([sys.executable, str(TASKS), "before-segment", s3_url, "k"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, "k") == [float(i) for i in range(10)]
+    assert state_of(reader, "k") == "running"  # its head is fresh: as far as anyone can tell, it runs
+    head = head_of(reader, "k")
+    with pytest.MonkeyPatch.context() as later:
+        later.setattr(_mirror, "clock", lambda: head["updated"] + _mirror.STALE_S + 1)
+        table = runs(reader).set_index("run")
+        assert table.loc["k", "state"] == "interrupted" and "stopped replacing" in table.loc["k", "cause"]
+    assert reader.recall("k/weights").tolist() == list(np.arange(10.0))
+    machine("a")  # the writer's machine: its copy holds 20
+    with Recorder(Store(s3_url), run="k", resume=True) as rec:
+        logged(rec, 20, 25)
+    machine("b")
+    assert losses(reader, "k") == [float(i) for i in range(25)]
+    assert state_of(reader, "k") == "finished"
+
+
+def test_a_writer_killed_between_its_segment_and_its_head_loses_nothing_resumed(s3_url, machine):
+    done = subprocess.run([sys.executable, str(TASKS), "before-head", s3_url, "h"], capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    store = Store(s3_url)
+    assert head_of(store, "h")["segments"] == 1  # the head counts segment 0 alone
+    assert store.bucket.head(_segments.segment_key("h", 1)) is not None  # segment 1 was made
+    machine("b")
+    assert losses(Store(s3_url), "h") == [float(i) for i in range(10)]  # readers go by the head
+    machine("c")  # another machine resumes: it finds segment 1, and goes on after it
+    with Recorder(Store(s3_url), run="h", resume=True) as rec:
+        assert rec._sender.n == 2
+        logged(rec, 20, 25)
+    machine("b")
+    assert losses(Store(s3_url), "h") == [float(i) for i in range(25)]
+
+
+def test_another_process_sees_a_fact_through_the_bucket(s3_url, machine):
+    """The writer hands five facts over and asks nothing: its background
+    flusher and uploader send them. Polled here (a bound on polls, not a
+    time asserted) through the bucket, then closed."""
+    machine("writer")
+    with subprocess.Popen([sys.executable, str(TASKS), "writes-on", s3_url, "w"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, env=dict(os.environ)) as child:
+        assert child.stdout.readline() == "said\n"
+        machine("reader")
+        reader = Store(s3_url)
+        seen = []
+        for _ in range(POLLS):
+            listed = runs(reader).set_index("run")
+            if "w" in listed.index and listed.loc["w", "forwards"] == 5:
+                seen = losses(reader, "w")
+                break
+            time.sleep(0.1)
+        assert seen == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert state_of(reader, "w") == "running"
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "closed\n"
+    assert state_of(reader, "w") == "finished"
+
+
+class Probe(torch.utils.data.Dataset):
+    """What a DataLoader worker (a forked child) finds of its parent's run in
+    a bucket, and what it does with it: hands a fact over, flushes, closes."""
+
+    def __init__(self, rec):
+        self.rec = rec
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        senders, thread = len(_upload._SENDERS), _upload._thread
+        self.rec({"fact": "from_a_worker", "value": float(i)})
+        self.rec.flush()  # the child's copy: nothing written, nothing sent
+        self.rec.close()
+        return torch.tensor([senders, thread is not None, os.getpid() != self.rec._pid])
+
+
+def test_a_dataloader_forked_while_an_upload_is_in_flight_sends_and_holds_nothing(s3_url, machine, moto_endpoint,
+                                                                                   monkeypatch):
+    with Faulty(moto_endpoint, stall_s=120) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        store, opened = held_from_now_on(proxy, s3_url)
+        rec = Recorder(store)
+        logged(rec, 0, 100)
+        rec._flush()
+        for _ in range(POLLS):
+            if len(proxy.seen) > opened:
+                break
+            time.sleep(0.1)
+        assert [m for m, _ in proxy.seen[opened:]] == ["PUT"]  # the segment's PUT, in flight
+        loader = torch.utils.data.DataLoader(Probe(rec), batch_size=None, num_workers=2,
+                                             multiprocessing_context="fork", persistent_workers=True)
+        seen = [t.tolist() for t in loader]
+        assert seen == [[0, 0, 1]] * 4  # no uploads, no uploader thread, in a child
+        assert len(proxy.seen) == opened + 1  # nothing sent by the workers
+        proxy._release.set()
+        rec.close()  # the workers still alive: they hold neither the run's lock nor anything else
+        with Recorder(store, run=rec.run, resume=True) as again:  # so this machine takes the run again
+            logged(again, 100, 110)
+        del loader
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, rec.run) == [float(i) for i in range(110)]
+    assert "from_a_worker" not in {f["fact"] for f in facts(reader, rec.run)}
+
+
+# -- notebook 04's sweep and notebook 07's two ranks, on the bucket -------------------------------
+
+
+def test_a_dask_sweep_whose_workers_share_only_the_bucket_resumes_a_killed_task_elsewhere(s3_url, machine, tmp_path):
+    """tests/test_many_runs.py's retry, each worker a machine of its own:
+    the task killed at step 25 (its record flushed to the bucket first) is
+    retried by Dask on the other worker, which finds only the bucket's
+    record and checkpoint, resumes there and ends as a run never stopped."""
+    import bucket_tasks
+    from distributed import Client, LocalCluster
+
+    from many_tasks import STEPS
+
+    caches = str(tmp_path / "machines")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        first = sorted(client.scheduler_info()["workers"])[0]
+        reference = client.submit(bucket_tasks.train_apart, caches, s3_url, "reference", 0.01, workers=[first],
+                                  allow_other_workers=True).result()
+        killed = client.submit(bucket_tasks.train_apart, caches, s3_url, "killed", 0.01, kill_at=25,
+                               workers=[first], allow_other_workers=True).result()
+    assert killed["pid"] != reference["pid"]  # the retry ran on the other worker
+    assert killed["final"] is not None and killed["loss"] == reference["loss"]
+    machine("reader")
+    store = Store(s3_url)
+    table = runs(store).set_index("run")
+    assert (table["state"] == "finished").all() and (table["forwards"] == STEPS).all()
+    assert losses(store, "killed") == losses(store, "reference")  # every step once, in order
+    got, want = store.recall("killed/final"), store.recall("reference/final")
+    for node in want:
+        for k in want[node]:
+            torch.testing.assert_close(got[node][k], want[node][k], atol=1e-12, rtol=0)
+
+
+def test_two_gloo_ranks_killed_and_relaunched_write_one_run_to_the_bucket(s3_url, machine):
+    """tests/test_ddp.py's job on two ranks killed at step 8 and launched
+    again, into a bucket: rank 0 writes the run (the others' Recorders
+    write nothing), and the relaunched job equals one never stopped."""
+    base = s3_url.rsplit("/", 1)[0]
+    done = subprocess.run([sys.executable, str(TASKS), "ddp", f"{base}/whole", f"{base}/killed"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = orjson.loads(done.stdout.strip().splitlines()[-1])
+    assert got["lost"] == 0 and got["recording"] is True
+    diff = torch.tensor(got["again"], dtype=torch.float64) - torch.tensor(got["whole"], dtype=torch.float64)
+    assert diff.abs().max().item() <= 1e-12
+    assert got["runs"] == ["ddp"] and got["state"] == "finished" and got["forwards"] == 12
+    assert got["losses"] == got["whole_losses"]  # one run, every step once

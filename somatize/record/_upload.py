@@ -191,7 +191,7 @@ class Sender:
         self.log_cut = None  # where a rewind cut the log (Recorder.rewind)
         self.open = True
         self.pid = os.getpid()
-        self.last_seal = -1e18
+        self.last_seal = clock()  # the first segment too waits SEAL_S (or a flush): a short run sends one
         self.last_head = clock()
         self.pause_until = 0.0
         self.pauses = 0
