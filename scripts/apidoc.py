@@ -4,9 +4,9 @@
     .venv/bin/python scripts/apidoc.py --check  # exit 1 if docs/API.md is not current
 
 The public names are those of ``somatize``, ``somatize.record``,
-``somatize.torch`` and ``somatize.transformers`` (their ``__all__``), with
-the public methods and properties of each public class, and the ``somatize``
-command. tests/test_api_reference.py fails when a public name has no entry or
+``somatize.torch``, ``somatize.lightning`` and ``somatize.transformers``
+(their ``__all__``), with the public methods and properties of each public
+class, and the ``somatize`` command. tests/test_api_reference.py fails when a public name has no entry or
 the page is not what this renders.
 """
 
@@ -28,6 +28,8 @@ MODULES = {
     "somatize.torch": "PyTorch: the tensor codec (registered on import), any `nn.Module` as a node, the Trainer "
                       "and the weights helpers. "
                       "Needs `pip install \"somatize[torch]\"`.",
+    "somatize.lightning": "Lightning: a `Trainer`'s fit recorded as a run, by a logger. "
+                          "Needs `pip install \"somatize[lightning]\"`.",
     "somatize.transformers": "Hugging Face transformers: a `Trainer`'s training recorded as a run, by a callback. "
                              "Needs `pip install \"somatize[transformers]\"`.",
 }

@@ -3,63 +3,22 @@
 ``L.Trainer(logger=Logger(store))``: the run is written by a ``Recorder``
 through ``Recorder.log``, so every reader (``runs``, ``curve``,
 ``progress``, ``compare``, the run browser, ``somatize runs``) reads it as
-a somatize Trainer's run. A step is Lightning's own (the step it hands
-``log_metrics``: the optimizer steps done before the batch); each step
-logged is one forward of the run, and a step numbered otherwise than its
-forward is also kept as the fact ``step``.
+a somatize Trainer's run. ``Logger``'s docstring says when the run opens,
+resumes and ends, and how a step is numbered; ``fact_name``'s what each of
+Lightning's metric names becomes.
 
-What a metric's name becomes (``fact_name``), so the record reads as a
-Trainer's, whose loss is ``loss`` and whose evaluations say ``val_*``:
-
-- the training's own values lose their prefix: ``train_loss`` and
-  ``train/loss`` are ``loss``, ``train_acc`` is ``acc`` (also
-  ``training_``); a value logged with ``on_step`` and ``on_epoch`` both is
-  the step's without Lightning's ``_step`` suffix (``train_loss_step`` is
-  ``loss``) and keeps ``_epoch`` (``loss_epoch``);
-- a validation's are ``val_<metric>``: ``val_loss``, ``val/acc`` is
-  ``val_acc``, ``valid_`` and ``validation_`` too, without Lightning's
-  ``_epoch`` suffix (``val_loss_epoch`` is ``val_loss``); a test's are
-  ``test_<metric>`` the same way;
-- ``epoch`` (which Lightning adds to the training's values) is kept;
-  ``LearningRateMonitor``'s ``lr-<Optimizer>`` is ``lr``, as the Trainer
-  says its learning rate; ``grad_norm`` is ``grad_norm_total`` (the
-  Trainer's ``grad_norm`` is one node's, which ``somatize.diagnose`` reads
-  with that meaning); any other name is itself;
-- a name ``Recorder.log`` refuses (one of the engine's or the Trainer's own
-  facts, ``wall_s``, a name with a space) is not recorded, and a
-  ``RuntimeWarning`` says so once; nor is a value that is not one number;
-- two names of one call that become the same fact: a name that is its
-  fact's as it is (``loss``) takes it, else the first; the other keeps its
-  own name (``train_loss``);
-- a value said again at the same step (the ``epoch`` Lightning adds to a
-  validation's values as well as to the training's) is recorded once;
-- a step before the last one logged (a validation's per-batch values, which
-  Lightning numbers from 0 in each validation; ``trainer.test`` in a new
-  Trainer) is recorded at the last step.
-
-When the run opens: Lightning hands the Logger the LightningModule in
-``log_graph`` as a fit, a validation or a test begins, after its
-hyperparameters and after a checkpoint's weights were put back (with
-``enable_autolog_hparams``, its default; without it, at the first
-metrics). Opened there, the run holds the hyperparameters as its config,
-and the Logger knows whether the fit resumes a checkpoint. Before it is
-opened, ``experiment`` is None.
-
-Resume: ``trainer.fit(model, ckpt_path=...)`` with a Logger of the run's
-name (``Logger(store, run=name)``, or the same Logger) continues that run:
-as training starts, the steps it recorded from the checkpoint's step on
-(``trainer.global_step``, put back from the checkpoint) are dropped
-(``Recorder.rewind``), so no step is recorded twice, and the steps go on
-from there. A Logger of another name records the resumed fit as a new run,
-from the checkpoint's step. A fit that does not resume into a run already
-in the store is refused before anything is written. Each checkpoint
-flushes the run first, so the record holds durably what the checkpoint
-says was done.
-
-The Logger puts a Callback of its own in the Trainer's callbacks
-(``trainer.callbacks``) when Lightning hands it the module: it rewinds a
-resumed run as training starts, hears the exception that ends a fit (the
-run's ``cause``) and flushes the run as a checkpoint is saved.
+How the Logger hears of the fit: Lightning hands a logger the
+LightningModule in ``log_graph`` as a fit, a validation or a test begins,
+after the hyperparameters (``log_hyperparams``) and after a checkpoint's
+weights and callbacks were put back, before the training's loops are. The
+run opens there, and the Logger puts a Callback of its own (``_Hooks``) in
+``trainer.callbacks``, which Lightning calls from then on: as training
+starts (the loops put back: a resumed run is rewound to
+``trainer.global_step``), when an exception ends the fit (the run's
+``cause``), as a checkpoint is saved (the run flushed first). Lightning
+touches ``logger.experiment`` earlier still, as it sets a fit up, before
+the run can be known (a resumed fit's name, the hyperparameters): so
+``experiment`` opens nothing, and is None until the run is open.
 
 lightning is imported here and nowhere else in somatize; without it,
 importing this module raises ``MissingExtra`` naming ``somatize[lightning]``.
@@ -96,7 +55,7 @@ from .record._recorder import Recorder, default_name  # noqa: E402
 from .record._runs import checked_name  # noqa: E402
 from .record._summary import config_json  # noqa: E402
 
-__all__ = ["Logger"]
+__all__ = ["Logger", "fact_name"]
 
 TRAIN = re.compile(r"(?:train|training)[_/](.+)")
 VALIDATION = re.compile(r"(?:val|valid|validation)[_/](.+)")
@@ -108,11 +67,26 @@ ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # an object's address in its str: a
 
 
 def fact_name(key: str) -> str:
-    """The fact a Lightning metric named ``key`` is recorded as (the
-    module's rule): ``train_loss`` is ``loss``, ``val/acc`` is ``val_acc``,
-    ``train_loss_step`` is ``loss``, ``val_loss_epoch`` is ``val_loss``,
-    ``lr-Adam`` is ``lr``, ``grad_norm`` is ``grad_norm_total``; any other
-    name is itself."""
+    """The fact a Lightning metric named ``key`` is recorded as, so the
+    record reads as a Trainer's, whose loss is ``loss`` and whose
+    evaluations say ``val_*``:
+
+    - the training's own values lose their prefix: ``train_loss`` and
+      ``train/loss`` are ``loss``, ``train_acc`` is ``acc`` (``training_``
+      too); a value logged with ``on_step`` and ``on_epoch`` both is the
+      step's without Lightning's ``_step`` suffix (``train_loss_step`` is
+      ``loss``) and keeps ``_epoch`` (``loss_epoch``);
+    - a validation's are ``val_<metric>``: ``val_loss``, ``val/acc`` is
+      ``val_acc``, ``valid_`` and ``validation_`` too, without Lightning's
+      ``_epoch`` suffix (``val_loss_epoch`` is ``val_loss``); a test's are
+      ``test_<metric>`` the same way;
+    - ``LearningRateMonitor``'s ``lr-<Optimizer>`` is ``lr``, as the Trainer
+      says its learning rate; ``grad_norm`` is ``grad_norm_total`` (the
+      Trainer's ``grad_norm`` is one node's, which ``somatize.diagnose``
+      reads with that meaning);
+    - any other name is itself: ``epoch`` (which Lightning adds to the
+      training's values), ``loss``, ``my_metric``.
+    """
     found = TRAIN.fullmatch(key)
     if found:
         rest = found[1]
@@ -136,37 +110,48 @@ class Logger(_LightningLogger):
     each fit as a run of ``store`` (a ``Store`` or a path):
     ``L.Trainer(logger=Logger(store))``.
 
-    ``run``: the run's name; None draws one as ``Recorder`` does
-    (``logger.version`` says it). A name already in the store is refused
-    for a new fit: a fit that resumes from a checkpoint
-    (``trainer.fit(model, ckpt_path=...)``) continues the run of that
-    name, rewound to the checkpoint's step; a validation or a test
-    (``trainer.validate``, ``trainer.test``) adds its values to it at its
-    last step.
-
-    ``config``: your own keys (a dict of JSON-like values), added to the
-    run's config over the hyperparameters Lightning logs
-    (``save_hyperparameters()``: ``config.lr``, nested ones as
-    ``config.optim.lr``; an ``argparse.Namespace`` as a dict; a value JSON
-    cannot hold kept as its ``str``, without any object's address). A
-    resumed run keeps the config it was recorded with.
-
-    ``watch``: True (or a dict of its keyword arguments) records what a
-    Trainer records for ``spent`` and ``diagnose`` of the LightningModule
-    while it fits (``somatize.torch.watch(module, recorder,
-    optimizer=...)``, given the fit's optimizer when it has one; its
-    ``forward`` is what is watched: a ``training_step`` that calls
-    ``self(x)``), the hooks taken off as the fit ends.
-
+    ``run``: the run's name; None draws one as ``Recorder`` does, as the
+    Logger is made (``logger.version`` says it). ``config``: your own keys
+    (a dict of JSON-like values), added to the run's config over the
+    hyperparameters Lightning logs (``save_hyperparameters()``:
+    ``config.lr``, nested ones as ``config.optim.lr``; see
+    ``log_hyperparams``). ``watch``: True (or a dict of its keyword
+    arguments) records what a Trainer records for ``spent`` and
+    ``diagnose`` of the LightningModule while it fits
+    (``somatize.torch.watch``, handed the fit's optimizer when there is
+    one; it watches the module's ``forward``: a ``training_step`` that
+    calls ``self(x)``), its hooks taken off as the fit ends.
     ``summarising``: the facts ``runs(store)`` summarises (``loss.last``,
     ``val_loss.best``).
 
-    How Lightning's metrics become facts, when the run opens, resumes and
-    ends: see the module's docstring (``somatize.lightning``). Only the
+    The run opens as the fit begins (Lightning hands the Logger the
+    LightningModule, after the hyperparameters and a checkpoint's weights;
+    with ``enable_autolog_hparams``, its default, else at the first
+    metrics): a new run, holding the hyperparameters as its config. A name
+    already in the store is refused for a fit that does not resume, before
+    anything is written. A fit resumed from a checkpoint
+    (``trainer.fit(model, ckpt_path=...)``) by a Logger of the run's name
+    (``Logger(store, run=name)``, or the same Logger) continues that run:
+    as training starts, the steps it recorded from the checkpoint's
+    (``trainer.global_step``, put back from the checkpoint) on are dropped
+    (``Recorder.rewind``), so no step is recorded twice, and the steps go on
+    from there; the run keeps the config it was recorded with. A Logger of
+    another name records the resumed fit as a new run, from the
+    checkpoint's step. Each checkpoint flushes the run first, so the record
+    holds durably what the checkpoint says was done. A validation or a test
+    (``trainer.validate``, ``trainer.test``) adds its values to the run of
+    this name, after the fit or later.
+
+    A step is Lightning's own, the one it hands ``log_metrics`` (the
+    optimizer steps done before the batch); each step logged is one
+    forward of the run, and a step numbered otherwise than its forward is
+    also kept as the fact ``step``.
+
+    The run ends finished when Lightning finalizes it ``"success"`` (or
+    ``"finished"``), else interrupted, with the exception that ended the
+    fit as its ``cause`` (``KeyboardInterrupt`` for ctrl-C). Only the
     process of rank 0 writes (Lightning's ``rank_zero_only``): under a
-    data-parallel strategy one run is recorded. The run ends finished when
-    Lightning finalizes it ``"success"`` (or ``"finished"``), else
-    interrupted, with the exception that ended the fit as its ``cause``.
+    data-parallel strategy one run is recorded.
     """
 
     def __init__(self, store, run=None, config=None, watch=False, summarising=("loss", "val_loss")):
@@ -218,16 +203,21 @@ class Logger(_LightningLogger):
     @property
     @rank_zero_experiment
     def experiment(self):
-        """The ``Recorder`` writing the run: None before the fit opens it
-        (see the module's docstring), the last one closed after the fit."""
+        """The ``Recorder`` writing the run: None until the fit opens it (as
+        it begins), the last one closed after the fit; in a process of
+        another rank, Lightning's stand-in that does nothing."""
         return self._recorder if self._recorder is not None else self._ended
 
     @rank_zero_only
     def log_hyperparams(self, params, *args, **kwargs) -> None:
         """Take the hyperparameters (a dict, nested or not, or an
-        ``argparse.Namespace``) into the run's config, written when the run
-        opens. Handed once it is open, a key that would change the config
-        is not recorded, and a ``RuntimeWarning`` names it."""
+        ``argparse.Namespace``, as a dict) into the run's config, written
+        when the run opens: JSON's values as they are, a tuple as a list,
+        an enum as its value, a class or a function by its qualified name,
+        a 0-d tensor as its number; anything else (a path, an int past 64
+        bits, a NaN) as its ``str``, without any object's address. Handed
+        once the run is open, a key that would change its config is not
+        recorded, and a ``RuntimeWarning`` names it."""
         params = _plain(params, 0)
         if not isinstance(params, dict):
             params = {"hparams": params}
@@ -257,7 +247,7 @@ class Logger(_LightningLogger):
             return
         fitting = trainer.state.fn == "fit"
         self._resuming = fitting and trainer.ckpt_path is not None
-        self._open(fitting, self._resuming, trainer.ckpt_path)
+        self._open(fitting, self._resuming)
         if all(callback is not self._hooks for callback in trainer.callbacks):
             trainer.callbacks.append(self._hooks)
         if fitting and self._watching is not False and self._recorder.recording:
@@ -265,8 +255,22 @@ class Logger(_LightningLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None) -> None:
-        """Record the metrics at Lightning's ``step`` (see the module's
-        docstring for what each name becomes)."""
+        """Record the metrics at Lightning's ``step``, each as the fact
+        ``fact_name`` says:
+
+        - a name ``Recorder.log`` refuses (one of the engine's or the
+          Trainer's own facts, ``wall_s``, a name with a space) is not
+          recorded, and a ``RuntimeWarning`` says so once; nor is a value
+          that is not one number;
+        - two names of one call that become the same fact: a name that is
+          its fact's as it is (``loss``) takes it, else the first; the other
+          keeps its own name (``train_loss``);
+        - a value said again at the same step (the ``epoch`` Lightning adds
+          to a validation's values as well as to the training's) is
+          recorded once;
+        - a step before the last one logged (a validation's per-batch
+          values, which Lightning numbers from 0 in each validation; a test
+          in a new Trainer) is recorded at the last step."""
         named = []
         for key, value in metrics.items():
             name = self._name_of(key)
@@ -286,7 +290,7 @@ class Logger(_LightningLogger):
                 values[name] = number
         if not values:
             return
-        recorder = self._recorder if self._recorder is not None else self._open(None, False, None)
+        recorder = self._recorder if self._recorder is not None else self._open(None, False)
         last = self._last
         if step is None:
             step = 0 if last is None else last + 1
@@ -351,7 +355,7 @@ class Logger(_LightningLogger):
 
     # -- inside ------------------------------------------------------------
 
-    def _open(self, fitting, resuming, ckpt_path):
+    def _open(self, fitting, resuming):
         """Open the run: a new one, or the one of this name continued, as
         the docstring says. ``fitting``: None when no Trainer was seen (a
         metric logged first), then a run this Logger opened before goes on
@@ -414,9 +418,12 @@ class Logger(_LightningLogger):
         n = 2
         while f"{run}-{n}" in names:
             n += 1
+        unseen = ("" if fitting is not None else
+                  "; the Logger hears of a resumed fit as Lightning hands it the module, which it does with "
+                  "enable_autolog_hparams=True, its default")
         return (f"run {run!r} is already in the store at {self._store.path}: a fit records a new run, e.g. "
                 f"Logger(store, run={f'{run}-{n}'!r}), or continues this one by resuming the checkpoint it "
-                f"saved (trainer.fit(model, ckpt_path=...) with Logger(store, run={run!r}))")
+                f"saved (trainer.fit(model, ckpt_path=...) with Logger(store, run={run!r})){unseen}")
 
     def _watch_module(self, model, trainer):
         from .torch import watch
