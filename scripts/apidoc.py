@@ -6,8 +6,8 @@
 The public names are those of ``somatize``, ``somatize.record``,
 ``somatize.torch``, ``somatize.lightning`` and ``somatize.transformers``
 (their ``__all__``), with the public methods and properties of each public
-class, and the ``somatize`` command. tests/test_api_reference.py fails when a public name has no entry or
-the page is not what this renders.
+class, and the ``somatize`` command. tests/test_api_reference.py fails when a
+public name has no entry or the page is not what this renders.
 """
 
 from __future__ import annotations
