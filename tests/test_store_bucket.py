@@ -206,3 +206,19 @@ def test_somatize_check_on_a_bucket_url(s3_url, capsys):
     assert cli_main(["check", s3_url]) == 1
     out = capsys.readouterr().out
     assert f"{s3_url}/{object_key(digest)}" in out
+
+
+def test_check_of_a_bucket_lists_its_objects_once_and_names_what_does_not_belong(url):
+    store = Store(url)
+    for i in range(5):
+        store.keep(f"v{i}", np.arange(10 + i))
+    store.bucket.put("objects/zz/not-an-object", b"x")
+    store.bucket.put("objects/ab/cd/deeper", b"x")
+    store.bucket.put("objects/loose", b"x")
+    before = dict(store.bucket.requests)
+    problems = store.check()
+    # the top, objects/ once (not a LIST a folder: 10 or more ab/ folders), names/ and its walk
+    assert store.bucket.requests["LIST"] - before["LIST"] == 4
+    assert len(problems) == 3 and all(p.startswith(f"{url}/objects/") for p in problems)
+    assert any("zz" in p for p in problems) and any("loose" in p for p in problems)
+    assert any("objects/ab/cd" in p for p in problems)

@@ -71,7 +71,7 @@ def _check_objects(store):
     manifests = {}  # digest -> the leaves it references
     objects = _root(store) / "objects"
     try:
-        subs = sorted(store.backend.list(("objects",)))
+        subs, listed_in = _objects_listing(store)
     except (OSError, Refused) as e:
         return [f"{objects}: cannot be listed ({_text(e)}); fix its permissions"]
     for sub, kind in subs:
@@ -80,7 +80,7 @@ def _check_objects(store):
                             f"this is {kind}); remove it")
             continue
         try:
-            listed = sorted(store.backend.list(("objects", sub)))
+            listed = listed_in[sub] if listed_in is not None else sorted(store.backend.list(("objects", sub)))
         except (OSError, Refused) as e:
             problems.append(f"{objects / sub}: cannot be listed ({_text(e)}); remove it or fix its permissions")
             continue
@@ -92,6 +92,23 @@ def _check_objects(store):
                 problems.append(f"{store._object_path(digest)}: a manifest whose part {leaf} is another "
                                 "manifest; delete it and keep the value again")
     return problems
+
+
+def _objects_listing(store):
+    """``(subs, listed_in)``: the entries of ``objects/`` and, in a bucket,
+    every ``ab/`` folder's entries too, from one LIST (``listed_in``: None
+    on disk, where each folder is listed when its turn comes)."""
+    if store.bucket is None:
+        return sorted(store.backend.list(("objects",))), None
+    listed_in, subs = {}, {}
+    for key, _ in store.bucket.list("objects"):
+        parts = key.split("/")[1:]
+        if len(parts) == 1:
+            subs[parts[0]] = "file"
+        else:
+            subs.setdefault(parts[0], "dir")
+            listed_in.setdefault(parts[0], set()).add((parts[1], "file" if len(parts) == 2 else "dir"))
+    return sorted(subs.items()), {sub: sorted(entries) for sub, entries in listed_in.items()}
 
 
 def _check_object(store, prefix, name, kind, manifests):
@@ -172,6 +189,11 @@ def _strays(store, parts):
 def count_objects(store):
     """How many files ``objects/`` holds (for a report), without reading them."""
     total = 0
+    if store.bucket is not None:
+        try:
+            return len(store.bucket.list("objects"))
+        except OSError:
+            return 0  # check() reports why
     try:
         for sub, kind in store.backend.list(("objects",)):
             if kind == "dir":
