@@ -176,6 +176,7 @@ class Logger(_LightningLogger):
         self._written = None  # the config the open run was written with; None: resumed, the one recorded
         self._ended = None  # the last Recorder closed, which ``experiment`` still gives
         self._opened = False  # this Logger opened its run once: a validation or test after goes on in it
+        self._fitting = None  # what Lightning runs: a fit (True), another stage (False), unknown (None)
         self._resuming = False  # the fit resumes a checkpoint: rewind as training starts
         self._last = None  # the last step logged into the open run
         self._said: dict = {}  # fact -> value logged at that step, so a value said again is recorded once
@@ -235,22 +236,26 @@ class Logger(_LightningLogger):
 
     @rank_zero_only
     def log_graph(self, model, input_array=None) -> None:
-        """Lightning hands the LightningModule over as a fit, a validation
-        or a test begins: the run opens here (a resumed fit continues its
-        run), this Logger's Callback joins the Trainer's callbacks, and with
-        ``watch=`` the module is watched while it fits."""
+        """Lightning hands the LightningModule over as a fit, a validation,
+        a test or a prediction begins: this Logger's Callback joins the
+        Trainer's callbacks; a fit's run opens here (a resumed fit continues
+        its run) and with ``watch=`` the module is watched while it fits;
+        another stage's opens at its first metrics (a prediction, which has
+        none, records nothing)."""
         try:
             trainer = model.trainer
         except RuntimeError:  # a module no Trainer holds: there is no fit to open a run for
             return
         if trainer is None:
             return
-        fitting = trainer.state.fn == "fit"
-        self._resuming = fitting and trainer.ckpt_path is not None
-        self._open(fitting, self._resuming)
+        fitting = self._fitting = trainer.state.fn == "fit"
         if all(callback is not self._hooks for callback in trainer.callbacks):
             trainer.callbacks.append(self._hooks)
-        if fitting and self._watching is not False and self._recorder.recording:
+        if not fitting:  # a validation, a test, a prediction: the run opens at its first metrics, if any
+            return
+        self._resuming = trainer.ckpt_path is not None
+        self._open(True, self._resuming)
+        if self._watching is not False and self._recorder.recording:
             self._watch_module(model, trainer)
 
     @rank_zero_only
@@ -290,7 +295,7 @@ class Logger(_LightningLogger):
                 values[name] = number
         if not values:
             return
-        recorder = self._recorder if self._recorder is not None else self._open(None, False)
+        recorder = self._recorder if self._recorder is not None else self._open(self._fitting, False)
         last = self._last
         if step is None:
             step = 0 if last is None else last + 1
@@ -328,7 +333,7 @@ class Logger(_LightningLogger):
         come off first. A validation or test after it opens the run again."""
         self._unwatch()
         recorder, error = self._recorder, self._error
-        self._recorder, self._error = None, None
+        self._recorder, self._error, self._fitting = None, None, None
         if recorder is None:
             return
         self._ended = recorder
@@ -346,7 +351,8 @@ class Logger(_LightningLogger):
         """What a spawned process gets (a ``ddp_spawn`` strategy sends the
         Logger to each): the Logger as made, no Recorder."""
         state = dict(self.__dict__)
-        state.update(_recorder=None, _ended=None, _watch=None, _error=None, _resuming=False, _last=None, _said={})
+        state.update(_recorder=None, _ended=None, _watch=None, _error=None, _fitting=None, _resuming=False,
+                     _last=None, _said={})
         return state
 
     def __repr__(self):
@@ -357,9 +363,10 @@ class Logger(_LightningLogger):
 
     def _open(self, fitting, resuming):
         """Open the run: a new one, or the one of this name continued, as
-        the docstring says. ``fitting``: None when no Trainer was seen (a
-        metric logged first), then a run this Logger opened before goes on
-        and another is refused."""
+        the class's docstring says. ``fitting``: False for another stage
+        (a validation, a test: a run of this name goes on); None when no
+        Trainer was seen (a metric logged first), then a run this Logger
+        opened before goes on and another is refused."""
         if self._recorder is not None:
             return self._recorder
         run = self._run

@@ -65,6 +65,9 @@ class Digits(L.LightningModule):
     def test_step(self, batch, i):
         self.log("test_acc", (self(batch[0]).argmax(1) == batch[1]).float().mean())
 
+    def predict_step(self, batch, i):
+        return self(batch[0]).argmax(1)
+
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
@@ -139,6 +142,20 @@ def test_a_test_after_the_fit_adds_to_its_run_at_its_last_step(tmp_path, loaders
     acc = curve(store, "r", "test_acc")
     assert row["state"] == "finished" and len(acc) == 1 and 0 <= acc.iloc[0] <= 1
     assert steps_of(store, "r").tolist() == list(range(BATCHES + 1))  # Lightning's test is at the step after
+
+
+def test_a_validation_later_adds_to_its_run_and_a_prediction_records_nothing(tmp_path, loaders):
+    store = Store(tmp_path / "store")
+    model = Digits()
+    trainer(tmp_path, Logger(store, run="r"), epochs=1).fit(model, *loaders)
+    # a new Trainer numbers its steps from 0: the values land at the run's last step
+    trainer(tmp_path / "later", Logger(store, run="r")).validate(model, loaders[1])
+    val = curve(store, "r", "val_loss")
+    assert val.index.tolist() == [BATCHES - 1] * 2 and val.iloc[0] == val.iloc[1]
+    row = runs(store).set_index("run").loc["r"]
+    assert row["state"] == "finished" and row["forwards"] == BATCHES
+    trainer(tmp_path / "p", Logger(store, run="p")).predict(model, loaders[1])
+    assert store.runs() == ["r"]
 
 
 def test_a_fit_that_raises_is_interrupted_with_its_cause(tmp_path, loaders):
