@@ -92,12 +92,13 @@ def runs_table(path, where=None) -> str:
     query holds for (``record/_where``, asked of each run's row: numpy is
     not loaded; a query that does not read raises ``QueryError`` before
     anything is read). Linear in the runs and their summarised facts."""
+    from ._base.bucket import is_url
     from .record import _table
     from .record._columns import QUERY_STATS, config_columns
     from .record._where import Query, matching
 
     query = None if where is None else Query(where)
-    listed = _table.table(Path(path), QUERY_STATS).listed
+    listed = _table.table(path if is_url(path) else Path(path), QUERY_STATS).listed  # a bucket's: its mirror
     if query is not None:
         listed = matching(listed, query, key=lambda got: got.row)
         if not listed:
@@ -197,7 +198,7 @@ def parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("runs", help="list the runs of a store with their summaries and state",
                              description="List the runs of a store: state, forwards, steps, summaries, "
                              "configuration.")
-    listing.add_argument("store", help="the store's folder")
+    listing.add_argument("store", help="the store's folder, or its URL (s3://bucket/prefix, gs://…, az://…)")
     listing.add_argument("--where", metavar="QUERY", default=None,
                          help="only the runs this query holds for, e.g. --where 'config.lr < 1e-2 and "
                          "loss.best < 0.1' (columns: state, steps, duration, age, config.<key>, "

@@ -512,3 +512,25 @@ def test_two_gloo_ranks_killed_and_relaunched_write_one_run_to_the_bucket(s3_url
     assert diff.abs().max().item() <= 1e-12
     assert got["runs"] == ["ddp"] and got["state"] == "finished" and got["forwards"] == 12
     assert got["losses"] == got["whole_losses"]  # one run, every step once
+
+
+def test_somatize_runs_lists_a_bucket_store_and_writes_nothing_there(s3_url, machine):
+    store = Store(s3_url)
+    with Recorder(store, run="a", config={"lr": 0.1}) as rec:
+        logged(rec, 0, 7)
+    with Recorder(store, run="b", config={"lr": 0.01}) as rec:
+        logged(rec, 0, 3)
+    store.bucket.delete(_segments.segment_key("b", 0))
+    keys = store.bucket.list("")
+    machine("b")
+    done = subprocess.run([sys.executable, "-m", "somatize.cli", "runs", s3_url], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["run", "state", "forwards", "facts"]
+    assert lines[1].split()[:3] == ["a", "finished", "7"]
+    assert lines[2].split()[:2] == ["b", "damaged"]
+    assert any(line.startswith("damaged: b:") and "runs/b/seg/0000000000" in line for line in lines)
+    where = subprocess.run([sys.executable, "-m", "somatize.cli", "runs", s3_url, "--where", "config.lr > 0.05"],
+                           capture_output=True, text=True)
+    assert [line.split()[0] for line in where.stdout.splitlines()[1:] if line and ":" not in line] == ["a"]
+    assert store.bucket.list("") == keys  # a reader wrote nothing into the bucket

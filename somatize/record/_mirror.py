@@ -514,7 +514,7 @@ def reading(store, run=None, sync=True):
         if isinstance(store, str) and "://" in store:
             from .._store.store import as_store
 
-            store = as_store(store)
+            store = as_store(store, readonly=True)  # a reader makes nothing there
             bucket = bucket_of(store)
         if bucket is None:
             return store
