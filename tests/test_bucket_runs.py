@@ -534,3 +534,19 @@ def test_somatize_runs_lists_a_bucket_store_and_writes_nothing_there(s3_url, mac
                            capture_output=True, text=True)
     assert [line.split()[0] for line in where.stdout.splitlines()[1:] if line and ":" not in line] == ["a"]
     assert store.bucket.list("") == keys  # a reader wrote nothing into the bucket
+
+
+def test_compare_shows_the_runs_of_a_bucket_store_and_their_curves(s3_url, machine):
+    from somatize.record import compare
+
+    store = Store(s3_url)
+    for lr in (0.1, 0.01, 0.001):
+        with Recorder(store, run=f"lr-{lr}", config={"lr": lr}) as rec:
+            for i in range(4):
+                rec.forward_began()
+                rec({"fact": "loss", "value": lr * (4 - i)})
+    machine("b")
+    explorer = compare(Store(s3_url), metric="loss.last")
+    assert sorted(r["run"] for r in explorer.rows) == ["lr-0.001", "lr-0.01", "lr-0.1"]
+    assert {r["run"]: r["loss.last"] for r in explorer.rows} == {"lr-0.1": 0.1, "lr-0.01": 0.01, "lr-0.001": 0.001}
+    assert losses(explorer.store, "lr-0.1") == [0.1 * (4 - i) for i in range(4)]
