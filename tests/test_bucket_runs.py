@@ -550,3 +550,55 @@ def test_compare_shows_the_runs_of_a_bucket_store_and_their_curves(s3_url, machi
     assert sorted(r["run"] for r in explorer.rows) == ["lr-0.001", "lr-0.01", "lr-0.1"]
     assert {r["run"]: r["loss.last"] for r in explorer.rows} == {"lr-0.1": 0.1, "lr-0.01": 0.01, "lr-0.001": 0.001}
     assert losses(explorer.store, "lr-0.1") == [0.1 * (4 - i) for i in range(4)]
+
+
+def test_a_bucket_that_fails_stops_no_training_and_the_uploader_catches_up(s3_url, machine, moto_endpoint,
+                                                                          monkeypatch):
+    """Every attempt of one upload answered 503: the flush waiting on it
+    raises BucketError naming the bucket; facts go on being handed over and
+    committed on this machine; once the bucket answers, the next flush sends
+    all of it."""
+    from somatize._base.errors import BucketError
+
+    with Faulty(moto_endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        store = Store(s3_url)
+        store.bucket.sleep = lambda s: None  # Bucket's backoff, not waited here
+        rec = Recorder(store)
+        proxy.fail = len(proxy.seen) + store.bucket.attempts  # one call's every attempt
+        logged(rec, 0, 10)
+        with pytest.raises(BucketError, match="failed 5 times"):
+            rec.flush()
+        logged(rec, 10, 20)  # the training goes on
+        rec._flush()
+        assert losses(rec.root, rec.run) == [float(i) for i in range(20)]
+        rec.close()  # the bucket answers again: all of it sent, then finished
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, rec.run) == [float(i) for i in range(20)]
+    assert state_of(reader, rec.run) == "finished"
+
+
+def test_an_open_run_with_nothing_new_beats_its_head_and_sends_no_segment(s3_url, machine):
+    store = Store(s3_url)
+    rec = Recorder(store, run="idle")
+    logged(rec, 0, 3)
+    rec.flush()
+    before = head_of(store, "idle")
+    rec._sender.tick(_upload.clock() + _upload.HEARTBEAT_S + 1)  # the uploader's look, a beat later
+    after = head_of(store, "idle")
+    assert after["segments"] == before["segments"] and after["seq"] > before["seq"]
+    assert after["updated"] >= before["updated"] and after["writer"] == before["writer"]
+    rec.close()
+
+
+def test_a_run_the_bucket_holds_is_refused_unless_resumed(s3_url, machine):
+    with Recorder(Store(s3_url), run="r") as rec:
+        logged(rec, 0, 3)
+    machine("b")
+    with pytest.raises(ValueError, match=r"already exists in s3://.*resume=True"):
+        Recorder(Store(s3_url), run="r")
+    with Recorder(Store(s3_url), run="r", resume=True) as rec:
+        logged(rec, 3, 5)
+    assert losses(Store(s3_url), "r") == [float(i) for i in range(5)]
