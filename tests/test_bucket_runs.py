@@ -175,6 +175,7 @@ def test_a_commit_costs_two_puts_and_a_poll_of_a_run_unchanged_is_one_304(s3_url
         rec.flush()
         counts.append(spent(store.bucket, before))
     assert counts == [{"PUT": 2}] * 5  # the segment, then the head
+    rec.close()  # (a query in the writer's process reads its copy while it records)
     machine("b")
     reader = Store(s3_url)
     assert losses(reader, rec.run) == [float(i) for i in range(60)]
@@ -182,7 +183,6 @@ def test_a_commit_costs_two_puts_and_a_poll_of_a_run_unchanged_is_one_304(s3_url
     assert losses(reader, rec.run) == [float(i) for i in range(60)]
     assert spent(reader.bucket, before) == {"GET": 1}
     assert reader.bucket.received == received  # a 304: no byte sent
-    rec.close()
 
 
 def test_runs_lists_the_heads_once_and_fetches_only_those_that_changed(s3_url, machine):
@@ -602,3 +602,15 @@ def test_a_run_the_bucket_holds_is_refused_unless_resumed(s3_url, machine):
     with Recorder(Store(s3_url), run="r", resume=True) as rec:
         logged(rec, 3, 5)
     assert losses(Store(s3_url), "r") == [float(i) for i in range(5)]
+
+
+def test_a_query_in_the_writers_process_sees_what_was_handed_over_before_it_is_sent(s3_url, machine, monkeypatch):
+    monkeypatch.setattr(_upload, "SEAL_S", 1e9)  # nothing sent unless asked
+    store = Store(s3_url)
+    rec = Recorder(store, run="r")
+    before = dict(store.bucket.requests)
+    logged(rec, 0, 5)  # handed over: neither flushed nor sent
+    assert losses(store, "r") == [float(i) for i in range(5)]  # from the Recorder's memory, as on disk
+    assert spent(store.bucket, before) == {}  # nothing asked of the bucket
+    rec.close()
+    assert losses(store, "r") == [float(i) for i in range(5)]  # closed: read from the bucket

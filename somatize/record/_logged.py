@@ -31,6 +31,15 @@ then reach the record in another order than the loop's). So a kill -9 loses
 what was held since the last read, as it does a Trainer's unread losses, on
 top of what the background flush had not written yet. Without values read in
 bulk (Python numbers only), every fact goes to the Recorder as it is logged.
+
+A watch (``somatize.torch.watch``: hooks on a module) hands its facts to the
+same ``Logging``, so they keep the loop's order: ``began()`` as its module's
+forward begins a step, ``said(fact)`` for each fact, ``owe(values, facts,
+finish)`` for facts whose values are read in bulk with the loop's own. A
+step's forward is begun by whichever comes first: the watched forward opens
+it and the loop's next ``log()`` numbers it (``step=None`` or a step after
+the last logged: that forward is the step's), or ``log()`` opens it and the
+watched forward joins it. One watch a Recorder (``attach``).
 """
 
 from __future__ import annotations
@@ -68,13 +77,13 @@ class Logging:
     its own)."""
 
     __slots__ = ("recorder", "step", "forward", "known", "held", "owed", "clock", "clocks_due", "read_due",
-                 "held_steps", "__weakref__")
+                 "held_steps", "groups", "open", "watched", "watch", "quiet", "__weakref__")
 
-    def __init__(self, recorder):
+    def __init__(self, recorder, by="log()"):
         if recorder._holders:
             raise SomatizeValueError(
                 f"run {recorder.run!r}: a Trainer watches this Recorder and records its steps as forwards; "
-                f"log() numbers forwards by the loop's steps, and the two would be mixed. Log into a Recorder "
+                f"{by} numbers forwards by the loop's steps, and the two would be mixed. Log into a Recorder "
                 f"of its own, e.g. Recorder(store, run={recorder.run + '-log'!r}), or say a value from a node "
                 f"(ctx.fact) or from trainer.evaluate"
             )
@@ -88,6 +97,11 @@ class Logging:
         self.clocks_due = 0
         self.read_due = 0
         self.held_steps = 0
+        self.groups: list = []  # a watch's values owed: (kind, [held], facts, finish)
+        self.open = False  # the current forward was begun by a watch and no log() has numbered it yet
+        self.watched = True  # a watch saw the current forward (False: log() began it, unseen): began() opens the next
+        self.watch = None  # what watches this Recorder (attach), or None
+        self.quiet = None  # the clock as the current forward began, while a watch began it and it holds no fact
         recorder._holders.add(self.read)  # a flush, close or query from this thread reads first
 
     def log(self, values, step):
@@ -96,6 +110,7 @@ class Logging:
         if self.forward is None:
             self._place()
         last = self.step
+        self.quiet = None  # the current forward is the step's (or one log() began): it holds these values
         if step is None:
             step = 0 if last is None else last + 1
             new = True
@@ -107,7 +122,12 @@ class Logging:
             step, new = _checked_step(step, last)
         add: list = []
         owed = None
-        if new:
+        if new and self.open:  # the forward a watch began: this step's, numbered now
+            new = self.open = False
+            if step != self.forward:
+                add.append({"fact": STEP, "value": step})
+            self.step = step
+        elif new:
             forward = self.forward + 1
             add.append(None)  # a forward begins
             if step != forward:
@@ -138,42 +158,136 @@ class Logging:
             if forward < CLOCKS_FIRST or forward % CLOCKS_EVERY == 0 or now >= self.clocks_due:
                 self.clocks_due = now + CLOCKS_AT_MOST_NS
                 add.append({"fact": WALL, "value": time()})
-            if self.owed:  # the steps before this one, read when due
+            if self.owed or self.groups:  # the steps before this one, read when due
                 self.held_steps += 1
                 if self.held_steps >= READ_EVERY or now >= self.read_due:
                     self.read()
             self.step, self.forward = step, forward
+            self.watched = False
         if owed is not None:
-            if not self.owed:
+            if not (self.owed or self.groups):
                 self.read_due = self.clock() + READ_AT_MOST_NS
                 self.held_steps = 0
             self.owed += owed
-        if self.owed:
+        if self.owed or self.groups:
             self.held += add
         else:
             self.recorder._pending.extend(add)
+
+    # -- a watch's facts (somatize.torch.watch) ---------------------------
+
+    def attach(self, what):
+        """A watch of ``what`` (a module's description) hands its facts here
+        from now on; a second is refused, naming the first."""
+        if self.watch is not None:
+            raise SomatizeValueError(
+                f"run {self.recorder.run!r} is watched already ({self.watch}): one watch a Recorder, whose "
+                f"module's forwards begin its steps. Take that one off first (handle.remove()), watch the one "
+                f"module that holds both, or give each its own Recorder"
+            )
+        self.watch = what
+
+    def detach(self):
+        self.watch = None
+
+    def began(self) -> bool:
+        """The watched module's forward begins a step: the forward that
+        ``log()`` began and no watched forward has joined yet, or else a new
+        one (said as ``log()`` says a new step: ``wall_s`` on the steps that
+        say their clock, and a read of what is held when due), which the
+        loop's next ``log()`` numbers. False, nothing done, once the
+        Recorder is closed (a failed flush raises, as ``log()`` does)."""
+        recorder = self.recorder
+        if recorder._closed:
+            recorder._raise_if_unusable(closed_ok=True)
+            return False
+        if self.forward is None:
+            self._place()
+        if not self.watched:  # log() began this step's forward: the watched forward is its
+            self.watched = True
+            return True
+        forward = self.forward + 1
+        add: list = [None]  # a forward begins
+        if self.quiet is not None:  # the last step said nothing: its clock, or it would be no forward
+            add.insert(0, {"fact": WALL, "value": self.quiet})
+            self.quiet = None
+        now = self.clock()
+        if forward < CLOCKS_FIRST or forward % CLOCKS_EVERY == 0 or now >= self.clocks_due:
+            self.clocks_due = now + CLOCKS_AT_MOST_NS
+            add.append({"fact": WALL, "value": time()})
+            quiet = None
+        else:
+            quiet = time()  # said only if this step says nothing else
+        if self.owed or self.groups:
+            self.held_steps += 1
+            if self.held_steps >= READ_EVERY or now >= self.read_due:
+                self.read()
+        self.forward, self.open, self.quiet = forward, True, quiet
+        if self.owed or self.groups:
+            self.held += add
+        else:
+            recorder._pending.extend(add)
+        return True
+
+    def said(self, fact):
+        """A watch's fact, in the current step's forward, after what was
+        handed over before it (nothing once the Recorder is closed)."""
+        self.quiet = None
+        if self.owed or self.groups:
+            self.held.append(fact)
+        elif not self.recorder._closed:
+            self.recorder._pending.append(fact)
+
+    def owe(self, values, facts, finish):
+        """A watch's ``facts`` (said next, with ``said``) take their values
+        from ``values``, of one kind read in bulk, read with everything else
+        held: ``finish`` turns the list of their values (floats, in order)
+        into one value per fact."""
+        if self.recorder._closed:
+            return
+        kind = kind_of(values[0])
+        held = [kind.hold(v) for v in values]
+        if not (self.owed or self.groups):
+            self.read_due = self.clock() + READ_AT_MOST_NS
+            self.held_steps = 0
+        self.groups.append((kind, held, facts, finish))
 
     def read(self):
         """Read every value held, one call per kind, write each into its
         fact and hand the facts held over to the Recorder, in order. A value
         its kind could not read as it was logged (None: a tensor changed in
         place since) is kept as None, and a RuntimeWarning names it."""
-        owed = self.owed
-        if not owed:
+        if self.quiet is not None:  # a step a watch began that said nothing yet: its clock, so it is a forward
+            self.said({"fact": WALL, "value": self.quiet})
+        owed, groups = self.owed, self.groups
+        if not owed and not groups:
             return
         by_kind: dict = {}
         for entry in owed:
-            by_kind.setdefault(entry[0], []).append(entry)
+            by_kind.setdefault(entry[0], ([], []))[0].append(entry)
+        for group in groups:
+            by_kind.setdefault(group[0], ([], []))[1].append(group)
         lost = []
-        for kind, entries in by_kind.items():
-            got = kind.read([held for _, held, _, _ in entries])
+        for kind, (entries, of_groups) in by_kind.items():
+            held = [held for _, held, _, _ in entries]
+            for _, more, _, _ in of_groups:
+                held += more
+            got = kind.read(held)  # one read a kind: the loop's values and the watch's together
             for (_, _, fact, step), value in zip(entries, got):
                 fact["value"] = value
                 if value is None:
                     lost.append((fact["fact"], step))
+            at = len(entries)
+            for _, more, facts, finish in of_groups:
+                values = got[at:at + len(more)]
+                at += len(more)
+                # a watch's own tensors are new, never changed in place; None is kept as None all the same
+                for fact, value in zip(facts, finish(values) if None not in values else [None] * len(facts)):
+                    fact["value"] = value
         taken = self.held[:]
         self.held.clear()
         owed.clear()
+        groups.clear()
         self.recorder._pending.extend(taken)
         if lost:  # after the facts are handed over: a warning raised as an error loses none of them
             shown = ", ".join(f"{key!r} of step {step}" for key, step in lost[:5])
@@ -200,12 +314,25 @@ class Logging:
             if said is not None and len(said) and said.index[-1] == forward:
                 step = int(said.iloc[-1])
         self.forward, self.step = forward, step
+        self.open, self.watched, self.quiet = False, True, None
 
     def _check(self, key):
         why = refused_key(key)
         if why is not None:
             raise (SomatizeTypeError if not isinstance(key, str) else SomatizeValueError)(f"log(): {why}")
         self.known.add(key)
+
+
+def logging_of(recorder, by) -> Logging:
+    """``recorder``'s ``Logging`` (made here or by its first ``log()``), for
+    ``by`` (what asks, named in a refusal); a closed Recorder is refused,
+    as ``log()`` refuses it."""
+    if recorder._closed:
+        recorder._raise_if_unusable()
+    logging = recorder._logging
+    if logging is None:
+        logging = recorder._logging = Logging(recorder, by)
+    return logging
 
 
 def refused_key(key) -> str | None:

@@ -504,6 +504,23 @@ def local(store, run=None, sync=True):
     return reading(store, run, sync)
 
 
+def _written_here(bucket, run):
+    """The local copy (a Store) of ``run`` where a live Recorder of this
+    process writes it into ``bucket``: a query reads what was handed over
+    there, unsent facts too, as it reads a run on disk."""
+    from ._runs import LIVE, LIVE_LOCK
+
+    with LIVE_LOCK:
+        live = list(LIVE.values())
+    for rec in live:
+        sender = rec._sender
+        if sender is not None and rec.run == run and sender.bucket.url == bucket.url and not rec._closed:
+            from .._store.store import as_store
+
+            return as_store(rec.root)
+    return None
+
+
 def reading(store, run=None, sync=True):
     """What a reader reads for ``store``: itself, or for a Store in a bucket
     its mirror's local Store, brought up to the bucket first (``run``: that
@@ -518,6 +535,10 @@ def reading(store, run=None, sync=True):
             bucket = bucket_of(store)
         if bucket is None:
             return store
+    if isinstance(run, str):
+        writing = _written_here(bucket, run)
+        if writing is not None:  # a live Recorder of this process writes it: its copy, as on disk
+            return writing
     mirror = mirror_of(bucket)
     mirror.bucket = bucket  # the caller's (each Bucket of a URL is the same bucket; it counts its own requests)
     if not sync:

@@ -29,6 +29,7 @@ from ._codec import TensorCodec as TensorCodec  # noqa: E402
 from ._launch import launch as launch  # noqa: E402
 from ._module import Module as Module  # noqa: E402
 from ._trainer import Trainer as Trainer  # noqa: E402
+from ._watch import watch as watch  # noqa: E402
 from ._weights import export as export  # noqa: E402
 from ._weights import fedavg as fedavg  # noqa: E402
 from ._weights import freeze as freeze  # noqa: E402
@@ -39,4 +40,4 @@ _register_codec(TensorCodec())
 _register_bulk(_bulk.TYPES, _bulk.hold, _bulk.read)
 
 __all__ = ["Module", "NonFiniteLoss", "TensorCodec", "Trainer", "export", "fedavg", "freeze", "launch", "load",
-           "parameters"]
+           "parameters", "watch"]

@@ -20,6 +20,12 @@ a graph that fans out are not interleaved by autograd, so each is credited
 its own. On a GPU each arrival waits for the device first
 (``torch.cuda.synchronize``), on recorded steps only.
 
+The Trainer calls ``began()`` and ``ended()`` around the backward it makes;
+a clock made with ``finish`` (``somatize.torch.watch``, which does not make
+the backward) ends itself: the first arrival of a backward queues a callback
+to autograd's engine, which runs it as that backward ends, and the callback
+calls ``ended()`` and then ``finish()``.
+
 Facts, one per node that received a gradient, among the step's facts:
 ``{"fact": "backward_us", "node": <node>, "value": <int>}`` (µs in that
 node's backward, over every backward of the step when ``micro=N``), in the
@@ -54,20 +60,24 @@ class BackwardClock:
     """Notes when each node's output gradient arrives, on the steps it is
     armed for, and hands over each node's backward time."""
 
-    __slots__ = ("emit", "armed", "_stamps", "_spent", "_began", "_cuda")
+    __slots__ = ("emit", "armed", "finish", "_stamps", "_spent", "_began", "_cuda")
 
-    def __init__(self, emit):
+    def __init__(self, emit, finish=None):
         self.emit = emit
         self.armed = False  # a hook was put on some output this step
+        # None: the caller calls began() and ended() around each backward; else called as a backward ends, ended
+        self.finish = finish
         self._stamps = []  # (ns, node) in the order the gradients arrived
         self._spent = {}  # node -> ns this step
         self._began = 0
         self._cuda = False
 
     def reset(self):
-        """A new step begins: nothing armed, nothing spent."""
+        """A new step begins: nothing armed, nothing spent (nor stamped by a
+        backward that raised before it ended)."""
         self.armed = False
         self._spent.clear()
+        self._stamps.clear()
 
     def output(self, name, t):
         """The engine's outputs hook (through the instruments): ``t`` is a
@@ -75,10 +85,21 @@ class BackwardClock:
         if not t.requires_grad:
             return
         stamps = self._stamps
+        device = None
         if t.is_cuda:
             self._cuda = True
             device = t.device
+        if self.finish is not None:
+            queue = torch.autograd.Variable._execution_engine.queue_callback  # run as this backward ends
+            end = self._end
 
+            def arrived(_):
+                if device is not None:
+                    torch.cuda.synchronize(device)
+                if not stamps:  # the first arrival of this backward
+                    queue(end)
+                stamps.append((perf_counter_ns(), name))
+        elif device is not None:
             def arrived(_):
                 torch.cuda.synchronize(device)
                 stamps.append((perf_counter_ns(), name))
@@ -111,6 +132,10 @@ class BackwardClock:
         for (t, name), (after, _) in zip(stamps, stamps[1:] + [(end, None)]):
             spent[name] = spent.get(name, 0) + after - t
         self._stamps.clear()
+
+    def _end(self):
+        self.ended()
+        self.finish()
 
     def hand_over(self):
         """The step's facts: one ``backward_us`` per node that received a

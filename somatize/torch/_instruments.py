@@ -76,29 +76,32 @@ class Instruments:
     """The instruments of one Trainer: which parameters are measured, node
     by node, and the facts each recorded update and step hands over."""
 
-    def __init__(self, g, optimizer, emit, settle=None):
+    def __init__(self, nodes, optimizer, emit, settle=None, finish=None):
+        """``nodes``: ``(name, parameters)`` of each node measured, in order
+        (``graph_nodes(g)``, or a watched module's); a parameter is counted
+        in the first node that holds it, and only one that takes gradients.
+        ``optimizer``: what updates them (None: nobody's ``not_optimized``
+        is said). ``finish``: the backward clock's (``_backward``)."""
         self.emit = emit
         # settle(tensors, facts, finish, counts): the 0-d tensors' values (the last `counts` of them
         # integers), read off the device, through finish (a list of floats into one per fact) into
         # the facts' "value"
         self.settle = settle or _settle_now
-        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        held = None if optimizer is None else {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.nodes, self.params, self.missing = [], [], []
         seen = set()
-        for node in g.nodes:
-            if node.is_frozen:
-                continue
-            mine = [p for p in _node_params(node) if p.requires_grad and id(p) not in seen]
+        for name, params in nodes:
+            mine = [p for p in params if p.requires_grad and id(p) not in seen]
             seen.update(id(p) for p in mine)
             if not mine:
                 continue
-            self.nodes.append((node.name, len(self.params), len(self.params) + len(mine)))
+            self.nodes.append((name, len(self.params), len(self.params) + len(mine)))
             self.params.extend(mine)
-            loose = sum(p.numel() for p in mine if id(p) not in held)
+            loose = 0 if held is None else sum(p.numel() for p in mine if id(p) not in held)
             if loose:
-                self.missing.append((node.name, loose))
+                self.missing.append((name, loose))
         self.sizes = [p.numel() for p in self.params]
-        self.clock = BackwardClock(emit)
+        self.clock = BackwardClock(emit, finish)
         self._sums = _NodeSums(self.nodes, self.sizes)
         self.started = False
         self._before = None
@@ -116,15 +119,20 @@ class Instruments:
         the update at the step's end, if any, is recorded (``due``), so that
         its outputs and its update are measured together. Returns this
         Instruments when it is, for the update to read, else None."""
-        if not self.started:
-            self.start()
-        if self.clock.armed:  # a step that raised left it armed
-            self.clock.reset()
-        if due(updates):
+        if self.begin(updates):
             watchers.output = self.output
             return self
         watchers.output = None
         return None
+
+    def begin(self, updates):
+        """A step begins, ``updates`` done: the run's first facts once, the
+        backward clock made ready; whether the step is recorded (``due``)."""
+        if not self.started:
+            self.start()
+        if self.clock.armed:  # a step that raised left it armed
+            self.clock.reset()
+        return due(updates)
 
     def output(self, name, value):
         """The engine's hook (``Watchers.output``): one node's output as it is
@@ -184,6 +192,17 @@ class Instruments:
         emit = self.emit
         for fact in facts:  # node by node, as a reader expects them
             emit(fact)
+
+    def drop_update(self):
+        """Forget an update measured half (``before_update`` without its
+        ``after_update``): nothing said of it."""
+        self._before = self._grads = None
+
+
+def graph_nodes(g):
+    """``(name, parameters)`` of each node of ``g`` that is not frozen, in
+    the graph's order: what a Trainer's instruments measure."""
+    return [(node.name, _node_params(node)) for node in g.nodes if not node.is_frozen]
 
 
 class _Shares:

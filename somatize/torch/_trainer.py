@@ -55,7 +55,7 @@ from ._batch import checked_device, checked_keys, taken
 from ._checkpoint import Checkpoints
 from ._facts import StepFacts
 from ._group import Group, checked_clip, positive_int
-from ._instruments import Instruments, due
+from ._instruments import Instruments, due, graph_nodes
 from ._modes import Modes
 from ._weights import export, freeze, frozen_parameters, load, not_frozen_in_torch
 
@@ -231,7 +231,8 @@ class Trainer:
             for w in watchers.all:
                 if callable(getattr(w, "held_by", None)):
                     w.held_by(self._hand_over)  # a Recorder flushed or closed gets what was done first
-        self._instruments = (Instruments(g, optimizer, self._emitting.emit, reading.owe if defer else None)
+        self._instruments = (Instruments(graph_nodes(g), optimizer, self._emitting.emit,
+                                         reading.owe if defer else None)
                              if instruments and watchers.all else None)
         self._facts = (StepFacts(self._emitting.emit, reading, optimizer, self.micro, ranks,
                                  None if self._instruments is None else self._instruments.clock)
