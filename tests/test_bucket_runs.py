@@ -614,3 +614,28 @@ def test_a_query_in_the_writers_process_sees_what_was_handed_over_before_it_is_s
     assert spent(store.bucket, before) == {}  # nothing asked of the bucket
     rec.close()
     assert losses(store, "r") == [float(i) for i in range(5)]  # closed: read from the bucket
+
+
+def test_a_rewound_run_reads_in_the_bucket_as_it_does_on_its_machine(s3_url, machine):
+    """rewind() cuts the log and writes the index and series again: the
+    bucket gets the log from the cut and those files whole, and a reader
+    elsewhere reads the run as its writer's copy holds it."""
+    store = Store(s3_url)
+    with Recorder(store, run="r") as rec:
+        logged(rec, 0, 30)
+        rec.flush()
+        rec.rewind(12)
+        for i in range(12, 20):
+            rec.forward_began()
+            rec({"fact": "loss", "value": 100.0 + i})
+        rec.flush()
+        rec.rewind(15)
+        rec.rewind(14)
+        logged(rec, 14, 16)
+    want = [float(i) for i in range(12)] + [100.0 + i for i in range(12, 14)] + [14.0, 15.0]
+    assert losses(rec.root, "r") == want
+    machine("b")
+    reader = Store(s3_url)
+    assert losses(reader, "r") == want
+    assert [f["value"] for f in facts(reader, "r") if f["fact"] == "loss"] == want
+    assert runs(reader).set_index("run").loc["r", "forwards"] == 16

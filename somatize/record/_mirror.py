@@ -361,27 +361,51 @@ class Mirror:
         return None
 
     def _advance(self, run, head, etag):
-        """Write the segments the mirror lacks, up to ``head``'s count."""
+        """Write the segments the mirror lacks, up to ``head``'s count: each
+        batch fetched with no lock held (a listing's runs are fetched side by
+        side), then written under the mirror's lock from where the mirror
+        stands then (another process may have written them first)."""
         count = head["segments"]
-        with self._lock:
-            seen = self._seen_of(run, fresh=True)  # another process may have written more
-            if seen["segments"] > count:  # fewer than the mirror holds: the run was made again
-                self._remove_folder(run)
-                seen = self._seen_of(run, fresh=True) | {"segments": 0, "sizes": {}}
-            start, sizes = seen["segments"], seen["sizes"]
-            while True:
+        while True:
+            seen = self._seen_of(run, fresh=True)
+            start = seen["segments"]
+            if start >= count:  # as far as this head, or past it (another process read a later one)
+                break
+            stop = min(count, start + BATCH)
+            got = list(fetched(self.bucket, run, start, stop))
+            with self._lock:
+                seen = self._seen_of(run, fresh=True)
+                if seen["segments"] != start:  # another process wrote meanwhile: look again
+                    continue
+                filler = Filler(self.fs, run, seen["sizes"])
                 try:
-                    filler = download(self.bucket, run, count, self.fs, sizes, start)
-                    break
+                    for seg in got:
+                        try:
+                            filler.apply(seg)
+                        except Broken as e:
+                            raise damaged(self.bucket, _segments.segment_key(run, seg.n), str(e), run) from None
                 except _LocalGap:  # the mirror's copy lost bytes: fetched again whole
                     self._remove_folder(run)
-                    start, sizes = 0, {}
-            seen = dict(seen, etag=etag, segments=count, sizes=filler.sizes, updated=head["updated"])
-            if filler.summary:
-                _write_over(self._seen_dir / f"{run}.summary", filler.summary)
-                _replace(self.fs, run, SUMMARY, filler.summary)
-                seen.update(state=_summary.parse(filler.summary)["state"], shown="as-is")
-            self._keep_seen(run, seen)
+                    self._keep_seen(run, dict(seen, segments=0, sizes={}, etag=None, state=None, shown=None))
+                    continue
+                finally:
+                    filler.close()
+                done = stop == count
+                seen = dict(seen, etag=etag if done else None, segments=stop, sizes=filler.sizes,
+                            updated=head["updated"])
+                if filler.summary:
+                    _write_over(self._seen_dir / f"{run}.summary", filler.summary)
+                    _replace(self.fs, run, SUMMARY, filler.summary)
+                    seen.update(state=_summary.parse(filler.summary)["state"], shown="as-is")
+                self._keep_seen(run, seen)
+            if done:
+                break
+        if seen["segments"] == count and seen.get("etag") != etag:  # written by another process: this head seen
+            with self._lock:
+                seen = self._seen_of(run, fresh=True)
+                if seen["segments"] == count:
+                    seen = dict(seen, etag=etag, updated=head["updated"])
+                    self._keep_seen(run, seen)
         self._show(run, seen)
 
     def _show(self, run, seen):

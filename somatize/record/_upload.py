@@ -188,7 +188,8 @@ class Sender:
         self.sent = 0
         self.summary = None  # the last summary sent (bytes) and as read
         self.parsed = None
-        self.log_cut = None  # where a rewind cut the log (Recorder.rewind)
+        self.log_cut = None  # where a rewind cut the log (Recorder.rewind), until sent from there
+        self.cuts = 0  # rewinds so far
         self.open = True
         self.pid = os.getpid()
         self.last_seal = clock()  # the first segment too waits SEAL_S (or a flush): a short run sends one
@@ -211,6 +212,7 @@ class Sender:
     def rewound(self, log_bytes):
         """The local log was cut back to ``log_bytes`` (under the flush lock)."""
         self.log_cut = log_bytes if self.log_cut is None else min(self.log_cut, log_bytes)
+        self.cuts += 1
         self.local += 1
 
     def wait(self, closing=False):
@@ -280,13 +282,13 @@ class Sender:
         """Seal and commit segments until the bucket holds what the copy held when this began."""
         while True:
             with self.recorder._flush_lock:
-                local = self.local
+                local, cuts = self.local, self.cuts
                 plan = self._plan()
             if plan is None:
                 self._sent(local)
                 return
             entries, summary, files, done = plan
-            self._commit(entries, summary, files)
+            self._commit(entries, summary, files, cuts)
             if done:
                 self._sent(local)
                 return
@@ -362,8 +364,9 @@ class Sender:
             self._to_send = (raw, summary)
         return entries, raw if done else b"", files, done
 
-    def _commit(self, entries, summary, files):
-        """Segment ``n``, then the head counting it."""
+    def _commit(self, entries, summary, files, cuts=None):
+        """Segment ``n``, then the head counting it. ``cuts``: the rewinds
+        the plan saw (one made since is sent from by the next plan)."""
         bucket, run, n = self.bucket, self.run, self.n
         listed = {f: [s, h.intdigest()] for f, (s, h) in files.items() if s}
         data = _segments.encode(run, n, self.writer, entries, summary, listed)
@@ -371,8 +374,10 @@ class Sender:
         if not bucket.create(key, data):
             raise Fenced(self._fenced_text(f"its segment {n} ({bucket.where(key)}) was made by another "
                                            "writer first"), url=bucket.url, key=key)
-        self.n, self.files, self.verify = n + 1, files, False
-        self.log_cut = None
+        with self.recorder._flush_lock:
+            self.n, self.files, self.verify = n + 1, files, False
+            if self.cuts == cuts:
+                self.log_cut = None
         if summary:
             self.summary, self.parsed = self._to_send
         self._head()
