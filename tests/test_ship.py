@@ -166,15 +166,33 @@ for name in ("Live", "progress", "spent"):
         getattr(somatize.record, name)
     except ImportError as e:
         said[name] = [isinstance(e, somatize.SomatizeError), str(e)]
+for module in ("somatize.lightning", "somatize.transformers"):
+    try:
+        __import__(module)
+    except ImportError as e:
+        said[module] = [isinstance(e, somatize.SomatizeError), str(e)]
+try:
+    somatize.import_tensorboard("logs", "store")
+except ImportError as e:
+    said["tensorboard"] = [isinstance(e, somatize.SomatizeError), str(e)]
+try:
+    somatize.Store("memory://team/runs")
+except ImportError as e:
+    said["cloud"] = [isinstance(e, somatize.SomatizeError), str(e)]
 print(json.dumps(said))
 """
 
 
-def test_the_core_alone_names_the_extra_that_torch_and_the_panels_need(core):
+def test_the_core_alone_names_the_extra_that_torch_the_panels_the_frameworks_and_buckets_need(core):
     said = core.py(MISSING)
-    assert set(said) == {"somatize.torch", "Live", "progress", "spent"}, said
-    ours, message = said.pop("somatize.torch")
-    assert ours and 'pip install "somatize[torch]"' in message and "torch" in message.split(" needs ")[1]
+    extras = {"somatize.torch": "torch", "somatize.lightning": "lightning", "somatize.transformers": "transformers",
+              "tensorboard": "tensorboard", "cloud": "cloud"}
+    assert set(said) == {*extras, "Live", "progress", "spent"}, said
+    for name, extra in extras.items():
+        ours, message = said.pop(name)
+        assert ours and f'pip install "somatize[{extra}]"' in message, message
+        if name == "somatize.torch":
+            assert "torch" in message.split(" needs ")[1], message
     for name, (ours, message) in said.items():
         assert ours and f"somatize.record.{name}" in message and 'pip install "somatize[lab]"' in message, message
 
