@@ -1,5 +1,5 @@
 """A run on a bucket store (issue 33), against moto's S3 server on 127.0.0.1
-(started in this process, tests/buckets.py): what a commit costs the bucket,
+(started in a process of its own): what a commit costs the bucket,
 what the training pays, how soon another process sees a fact, what a
 listing asks.
 
@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -55,11 +56,28 @@ clock = time.perf_counter
 DAY_S = 86400
 
 
+SERVER = """
+import logging, sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print("http://%s:%d" % server.get_host_and_port(), flush=True)
+sys.stdin.readline()
+"""
+
+
 def environment():
-    """moto's server started here, a bucket made, the environment a user of it has."""
+    """moto's server started in a process of its own (a bucket is another
+    machine: its work is not this process's), a bucket made, the
+    environment a user of it has."""
+    import atexit
+
     import buckets
 
-    url = buckets.endpoint()
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    atexit.register(server.kill)
+    url = server.stdout.readline().strip()
     name = f"bench-{os.getpid()}"
     buckets.make_bucket(url, name)
     os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": buckets.ACCESS_KEY,
@@ -190,6 +208,14 @@ def listing(url, count):
     t = clock()
     assert len(runs(wal)) == count
     got["disk"] = (1e3 * (clock() - t), {})
+    keys = [k for k, _ in reader.bucket.list("") if k.startswith(("heads/", "runs/"))]
+    t = clock()
+    with ThreadPoolExecutor(16) as pool:  # what the cold listing asked, asked bare: the server's own pace
+        list(pool.map(lambda k: reader.bucket.get(k, 1 << 26), keys))
+    got["bare"] = (1e3 * (clock() - t), {"GET": len(keys)})
+    t = clock()
+    reader.bucket.list("heads", tags=True)
+    got["list"] = (1e3 * (clock() - t), {"LIST": 1})
     return got
 
 
@@ -209,7 +235,8 @@ def main():
     if args.quick:
         args.rounds, args.warmup, args.steps, args.runs, args.commits, args.seconds = 2, 30, 300, 40, 5, 4.0
     url = environment()
-    print(f"a run on a bucket store, moto's S3 server on 127.0.0.1; SEAL_S {_upload.SEAL_S:g} s; {machine()}")
+    print(f"a run on a bucket store, moto's S3 server on 127.0.0.1 (its own process); "
+          f"SEAL_S {_upload.SEAL_S:g} s; {machine()}")
 
     c = commits(url, args.commits, 100)
     shown = ", ".join(f"{m} {n:g}" for m, n in sorted(c["per_commit"].items()))
@@ -234,8 +261,12 @@ def main():
         ms, asked = got[kind]
         print(f"  runs() of {args.runs} runs, {kind}: {ms:.1f} ms, requests "
               f"{', '.join(f'{m} {n}' for m, n in sorted(asked.items())) or 'none'}")
-    print(f"  runs() of the same runs on disk: {got['disk'][0]:.1f} ms")
+    print(f"  runs() of the same runs on disk: {got['disk'][0]:.1f} ms; the cold listing's {got['bare'][1]['GET']} "
+          f"GETs made bare, 16 at a time: {got['bare'][0]:.1f} ms (the server's pace)")
+    reported(f"runs() of {args.runs} runs, cold / its GETs made bare", got["cold"][0] / got["bare"][0])
+    print(f"  the warm listing's LIST made bare: {got['list'][0]:.1f} ms")
     reported(f"runs() of {args.runs} runs, warm: bucket / disk", got["warm"][0] / got["disk"][0])
+    reported(f"runs() of {args.runs} runs, warm / its LIST made bare", got["warm"][0] / got["list"][0])
     reported(f"runs() of {args.runs} runs, cold (ms)", got["cold"][0], unit="ms")
 
     commits_a_day = DAY_S / 2
