@@ -172,8 +172,11 @@ def check_report(path) -> tuple[str, bool]:
     except SomatizeError as e:  # a marker that is not one: report it, as any damage
         return f"problem: {e}\n1 problem in {path} (the store could not be opened)", False
     problems = store.check()
-    if store.bucket is not None:  # its objects and names; its runs' segments are read where they are
-        run_problems, notes, runs = [], [], len(store.runs())
+    if store.bucket is not None:  # its runs: fetched into this machine's mirror, each segment checked, and read
+        from .record._mirror import check as check_bucket_runs
+
+        run_problems, notes = check_bucket_runs(store)
+        runs = len(store.runs())
     else:
         run_problems, notes = check_runs(path)
         runs = len(run_names(path))

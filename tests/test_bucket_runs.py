@@ -639,3 +639,24 @@ def test_a_rewound_run_reads_in_the_bucket_as_it_does_on_its_machine(s3_url, mac
     assert losses(reader, "r") == want
     assert [f["value"] for f in facts(reader, "r") if f["fact"] == "loss"] == want
     assert runs(reader).set_index("run").loc["r", "forwards"] == 16
+
+
+def test_somatize_check_reads_every_run_of_a_bucket_store_naming_a_damaged_segment(s3_url, machine):
+    store = Store(s3_url)
+    for name in ("a", "b"):
+        with Recorder(store, run=name) as rec:
+            logged(rec, 0, 10)
+            rec.flush()
+            logged(rec, 10, 20)
+    machine("b")
+    clean = subprocess.run([sys.executable, "-m", "somatize.cli", "check", s3_url], capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "2 runs" in clean.stdout
+    data = bytearray(store.bucket.get(_segments.segment_key("b", 1), 1 << 24))
+    data[-30] ^= 0x01
+    store.bucket.put(_segments.segment_key("b", 1), bytes(data))
+    machine("c")  # a machine that has not read it yet
+    found = subprocess.run([sys.executable, "-m", "somatize.cli", "check", s3_url], capture_output=True, text=True)
+    assert found.returncode == 1, found.stdout
+    problems = [line for line in found.stdout.splitlines() if line.startswith("problem:")]
+    assert len(problems) == 1 and "run 'b'" in problems[0] and "runs/b/seg/0000000001" in problems[0]

@@ -528,6 +528,28 @@ def local(store, run=None, sync=True):
     return reading(store, run, sync)
 
 
+def check(store) -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` of the runs of a Store in a bucket, as
+    ``somatize check`` says them: every run brought into this machine's
+    mirror (each segment checked as it is fetched: one missing or damaged
+    is a problem naming its key), then each run's files read there as on
+    disk (``_check.check_runs``: every block, the index and the series
+    against the summary)."""
+    from ._check import check_runs
+
+    mirror = mirror_of(store.bucket)
+    mirror.bucket = store.bucket
+    mirror.every_run()
+    below = os.path.join(mirror.root, "runs", "")
+    damaged_there = {folder[len(below):]: why for folder, why in list(ELSEWHERE.items())
+                     if why and folder.startswith(below)}
+    problems = [f"run {run!r}: {why}" for run, why in sorted(damaged_there.items())]
+    more, notes = check_runs(mirror.root)
+    said = f" (read in this machine's copy of {store.bucket.url}'s runs, {mirror.root})"
+    problems += [p + said for p in more if not any(p.startswith(f"run {run!r}") for run in damaged_there)]
+    return problems, notes
+
+
 def _written_here(bucket, run):
     """The local copy (a Store) of ``run`` where a live Recorder of this
     process writes it into ``bucket``: a query reads what was handed over
