@@ -1,7 +1,9 @@
 """What the run browser shows, with no Jupyter in it: the stores under one
-root, their runs, a run's curves, node times and facts, and deleting a run.
+root and the bucket stores its configuration names by URL, their runs, a
+run's curves, node times and facts, and deleting a run.
 ``Browser`` is the core; its parts live beside it: ``_discover`` (finding
-the stores), ``_findings`` (the thread counting findings), ``_tags`` (a
+the stores), ``_buckets`` (the stores in buckets, read through this
+machine's mirror of each), ``_findings (the thread counting findings), ``_tags`` (a
 listing's tag), ``_sort`` (a listing's order), ``_delete`` (removing a
 run), ``_downsample`` (cutting a curve), ``_public`` (the refusals, and
 text fit for a client).
@@ -36,6 +38,15 @@ The rules kept here and in those parts:
   changes when a count lands, so the next poll picks it up.
 - **Text, not paths, in answers**: a problem names files relative to the
   store, never the absolute path of anything.
+- **A bucket store is read, never changed.** Named by URL
+  (``Browser(urls=...)``, from ``c.SomatizeApp.stores``), it is listed
+  after the stores under the root, its id a hash of the URL, its label the
+  URL (no user, query or credential); its runs are served from its mirror
+  (``_buckets``: refreshed at most once a poll, by conditional GETs of the
+  running runs' heads, a LIST at most every ``LIST_S``) as a local store's
+  are; deleting one of them is refused (``ReadOnly``); one whose bucket
+  does not answer is a row of its own saying why. The mirror's folder is
+  named to no client.
 """
 
 from __future__ import annotations
@@ -62,11 +73,12 @@ from ..record._columns import QUERY_STATS, best, config_columns
 from ..record._queries import steps_of
 from ..record._summary import stat_json
 from ..record._where import Query
+from ._buckets import Buckets
 from ._delete import delete_run
 from ._discover import Walk, is_store
 from ._downsample import downsample
 from ._findings import _COUNTER, counted_rows
-from ._public import Bad, Gone, NotFound, public_text
+from ._public import Bad, Gone, NotFound, ReadOnly, Unreachable, public_text
 from ._sort import Order, getter
 from ._tags import listing_tag
 
@@ -79,11 +91,13 @@ _LISTING = re.compile(r"[0-9a-f]{32}")
 
 
 class Browser:
-    """The stores under ``root`` and their runs, as the routes answer them."""
+    """The stores under ``root``, and those in buckets named by ``urls``
+    (``s3://bucket/prefix``…), and their runs, as the routes answer them."""
 
-    def __init__(self, root, clock=time.monotonic):
+    def __init__(self, root, clock=time.monotonic, urls=()):
         self.root = os.path.realpath(os.fspath(root))
         self.walk = Walk(self.root, clock)  # the stores, walked again at most every walk.gap() s
+        self.buckets = Buckets(urls, clock)  # the stores in buckets, each read through its mirror
         self._stores: dict[str, str] = {}
         # store folder -> its table (record/_table), held while the store is shown: every poll lists every store
         self._tables: dict[str, _table.Table] = {}
@@ -95,14 +109,29 @@ class Browser:
 
     def stores(self) -> list[dict]:
         """The stores found (by the last walk: ``_discover.Walk``) that still
-        are, each with how many runs a listing of it shows."""
+        are, each with how many runs a listing of it shows; then each bucket
+        store in the order configured: ``url`` (also its ``path``),
+        ``readonly``, and ``runs``, or ``error`` (why it cannot be read:
+        the URL and the cause) where its last refresh failed."""
         out = []
         for sid, rel in sorted(self._current().items(), key=lambda kv: kv[1]):
             folder = self._folder(rel)
             if os.path.realpath(folder) != folder or not is_store(folder):  # gone since the walk
                 continue
             out.append({"id": sid, "path": rel, "runs": len(self._names(folder))})
+        self.buckets.look()
+        for w in self.buckets:
+            row = {"id": w.id, "path": w.url, "url": w.url, "readonly": True}
+            if w.error is not None:
+                row["error"] = w.error
+            row["runs"] = len(self._names(w.root)) if w.root is not None and w.error is None else 0
+            out.append(row)
         return out
+
+    def public(self, text: str) -> str:
+        """``text`` fit for a client (``_public.public_text``), a bucket
+        store's mirror named as the copy of its URL."""
+        return public_text(text, self.root, self.buckets.places())
 
     def _folder(self, rel: str) -> str:
         return self.root if rel == "." else os.path.join(self.root, rel)
@@ -117,7 +146,7 @@ class Browser:
                 return found
             self._stores = found
             folders = {self._folder(rel) for rel in found.values()}
-            for folder in self._tables.keys() - folders:
+            for folder in self._tables.keys() - folders - {w.root for w in self.buckets}:
                 del self._tables[folder]
         _COUNTER.forget_stores(self.root, folders)
         return found
@@ -127,7 +156,14 @@ class Browser:
         made since is found by the next walk, at most ``walk.gap()`` seconds
         on; an unknown id never starts one). NotFound when there is none
         (any more), or when a folder on its way was replaced by a link since
-        it was found."""
+        it was found. A bucket store's: its mirror's folder, refreshed where
+        due (``_buckets``); ``Unreachable`` when its bucket never answered."""
+        watched = self.buckets.get(sid)
+        if watched is not None:
+            watched.look()
+            if watched.root is None:
+                raise Unreachable(watched.error or f"{watched.url} has not been read yet")
+            return watched.root
         rel = self._current().get(sid)
         if rel is None:
             raise NotFound(f"no store {sid[:80]!r} under the server's root: list them again (GET somatize/stores)")
@@ -399,7 +435,7 @@ class Browser:
                 if isinstance(e, NotFound):
                     unknown.append(e)
                 why = ("no such curve" if isinstance(e, SomatizeKeyError)
-                       else public_text(str(e), self.root) if isinstance(e, SomatizeError)  # DamagedError too
+                       else self.public(str(e)) if isinstance(e, SomatizeError)  # DamagedError too
                        else f"could not be read ({e.strerror or type(e).__name__})")
                 series.append({"name": run, "color": "", "points": []})
                 told.append({"store": sid, "run": run, "missing": why})
@@ -449,7 +485,17 @@ class Browser:
                 "cut": len(got) > FACTS_PAGE, "next": forward + 1 if forward + 1 < count else None}
 
     def delete(self, sid: str, run: str) -> None:
-        """Remove a run's folder (``_delete.delete_run``) and forget it."""
+        """Remove a run's folder (``_delete.delete_run``) and forget it. A
+        run of a bucket store is refused (``ReadOnly``): the browser only
+        reads a bucket, through a copy on this machine."""
+        watched = self.buckets.get(sid)
+        if watched is not None:
+            name = run if is_run_name(run) else "<run>"
+            raise ReadOnly(
+                f"run {run[:200]!r} is in the bucket store {watched.url}, which the run browser only reads "
+                "(through a copy on this machine): nothing was deleted. Delete it in the bucket, where no "
+                f"writer holds it any more: its head {watched.url}/heads/{name}.json and its segments "
+                f"{watched.url}/runs/{name}/")
         root, folder = self.run_folder(sid, run)
         delete_run(root, folder, run)
         _COUNTER.forget(root, runs={run})

@@ -25,10 +25,10 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from .._base.errors import QueryError, SomatizeError, SomatizeKeyError
+from .._base.errors import BucketError, QueryError, SomatizeError, SomatizeKeyError
 from ..record._where import MAX_LENGTH
 from ._browse import CHART_RUNS, PAGE, POINTS, Browser
-from ._public import Bad, Busy, Gone, NotFound, public_text
+from ._public import Bad, Busy, Gone, NotFound, ReadOnly, Unreachable
 from ._sort import MAX_COLUMN, order_of
 
 RESOURCE = "somatize"
@@ -55,6 +55,10 @@ class _Handler(APIHandler):
             return self._fail(409, e)
         except Gone as e:
             return self._fail(410, e)
+        except ReadOnly as e:  # a bucket store: read, never changed
+            return self._fail(405, e)
+        except (Unreachable, BucketError) as e:  # a bucket that does not answer
+            return self._fail(502, e)
         except SomatizeError as e:  # damage, a run that cannot answer this
             return self._fail(422, e)
         except OSError as e:
@@ -74,7 +78,7 @@ class _Handler(APIHandler):
     def _fail(self, status, error):
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        return self.finish(orjson.dumps({"message": public_text(str(error), self.browser.root)}))
+        return self.finish(orjson.dumps({"message": self.browser.public(str(error))}))
 
     def _int(self, name, default, low=0, high=1 << 62) -> int:
         raw = self.get_query_argument(name, None)
@@ -176,9 +180,12 @@ ROUTES = [
 ]
 
 
-def setup(web_app, root_dir) -> Browser:
-    # the clock the stores' walk is kept by: a test passes its own in the server's tornado_settings
-    browser = Browser(root_dir, clock=web_app.settings.get("somatize_clock", time.monotonic))
+def setup(web_app, root_dir, urls=()) -> Browser:
+    """The routes added to ``web_app``, over a ``Browser`` of the stores
+    under ``root_dir`` and of the bucket stores named by ``urls``."""
+    # the clock the stores' walk and the buckets' refreshes are kept by: a test passes its own
+    # in the server's tornado_settings
+    browser = Browser(root_dir, clock=web_app.settings.get("somatize_clock", time.monotonic), urls=urls)
     base = web_app.settings["base_url"]
     web_app.add_handlers(".*$", [(url_path_join(base, path), h, {"browser": browser}) for path, h in ROUTES])
     return browser
