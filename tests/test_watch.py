@@ -141,6 +141,9 @@ def test_spent_names_the_modules_nodes_with_their_forward_and_backward_time(tmp_
         assert r["count"] == len(MEASURED), node  # a forward measured on each measured step
         # every node's output takes gradients: each has a backward, its first left out as warm-up
         assert r["backward_steps"] == len(MEASURED) - 1, node
+    # its picture's timeline: the last forward that timed its nodes, not the last (unmeasured) one
+    t = d["timeline"]
+    assert (t["forward"], t["last"], [s["node"] for s in t["spans"]]) == (EVERY, False, NODES)
     said = [(f["fact"], f.get("node")) for f in facts(tmp_path, "r", forward=EVERY)]
     ran = [n for f, n in said if f == "ran"]
     assert ran == NODES  # in the order they ran

@@ -42,6 +42,7 @@ TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward
 EVALUATION_FACT = "eval_us"  # µs of one trainer.evaluate (torch/_evaluate.py): its unwatched forwards and metrics
 BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
+LOOK_BACK = 64  # forwards looked back for the last that timed its nodes (a watch times one update in 40)
 SPREAD_FORWARDS = 10_000  # per-node median and p95 read every call: only for runs up to this many forwards
 
 
@@ -120,11 +121,16 @@ def spent_data(store, run, forward=None):
     timeline = None
     if count:
         which = count - 1 if forward is None else forward
-        said = facts(store, run=run, forward=which)
-        spans = [{"node": f["node"], "kind": f["fact"], "began_us": f["began_us"], "took_us": f["took_us"]}
-                 for f in said if f.get("fact") in ("ran", "recalled")]
+        while True:
+            said = facts(store, run=run, forward=which)
+            spans = [{"node": f["node"], "kind": f["fact"], "began_us": f["began_us"], "took_us": f["took_us"]}
+                     for f in said if f.get("fact") in ("ran", "recalled")]
+            # a watched module's nodes are timed on its measured steps only (torch/_watch.py): the last of them
+            if spans or forward is not None or which == 0 or count - which > LOOK_BACK:
+                break
+            which -= 1
         total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
-        timeline = {"forward": which, "total_us": total, "spans": spans}
+        timeline = {"forward": which, "total_us": total, "spans": spans, "last": which == count - 1}
     return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
             "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
             "spread": spread_of(store, run, per_forward, count), **rank_time(store, run)}
@@ -280,7 +286,8 @@ def spent_inner(d, graph=None, narrow=False):
         spans = [(s["node"] + (" (recalled)" if s["kind"] == "recalled" else ""), s["began_us"], s["took_us"],
                   _svg.SLOW if s["node"] == d["slowest"] or s["took_us"] == longest else _svg.SERIES[0])
                  for s in t["spans"]]
-        parts.append(_h(f"Forward {t['forward']}, the last: which node ran when "
+        last = "the last" if t.get("last", True) else "the last that timed its nodes"
+        parts.append(_h(f"Forward {t['forward']}, {last}: which node ran when "
                         f"({_svg.duration_us(t['total_us'])} in all)"))
         parts.append(_both(_svg.timeline_svg(spans, t["total_us"]),
                            narrow and _svg.timeline_svg(spans, t["total_us"], width=_svg.NARROW)))

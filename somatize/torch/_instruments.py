@@ -31,7 +31,9 @@ recorded step's numbers are 0-d tensors (each parameter's norms and nonzero
 count, each output's counts) handed to ``settle`` (the Trainer's), which
 reads them with the losses in its next bulk read; the sums node by node and
 the shares are then taken in Python, in float64, and filled into the facts
-before any watcher sees them (with ``read_every=1``, at once). A recorded
+before any watcher sees them (with ``read_every=1``, at once). ``watch``
+(``_watch``) measures a plain module with the same instruments, its nodes
+the module's parts, its numbers read with its loop's logged values. A recorded
 update makes three calls into torch for all the parameters and two per
 parameter (its copy, its nonzero count), a recorded output one: nothing is
 stacked or summed on the device (stacking them there cost a recorded step
