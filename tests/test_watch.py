@@ -239,6 +239,39 @@ def test_remove_takes_every_hook_off_and_nothing_more_is_said(tmp_path):
         watch(net, rec)
 
 
+def test_a_watch_begun_mid_run_begins_a_step_of_its_own(tmp_path):
+    net = digits_net()
+    opt = sgd(net)
+    data = digit_batches(4)
+    with Recorder(Store(tmp_path), run="r") as rec:
+        hand_loop(net, opt, data[:2], rec)  # two steps logged, unwatched
+        watch(net, rec, optimizer=opt)
+        torch.manual_seed(7)
+        for i, (x, y) in enumerate(data[2:], start=2):
+            loss = CE(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.log({"loss": loss}, step=i)
+    assert curve(tmp_path, "r", "loss").index.tolist() == [0, 1, 2, 3]
+    assert curve(tmp_path, "r", "grad_norm/features.0").index.tolist() == [2, 3]  # with their own loss
+
+
+def test_on_a_data_parallel_rank_other_than_0_it_hooks_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    net = digits_net()
+    opt = sgd(net)
+    rec = Recorder(Store(tmp_path), run="r")
+    assert not rec.recording
+    w = watch(net, rec, optimizer=opt)
+    assert hooks_left(net, opt) == [] and list(w.nodes) == NODES
+    hand_loop(net, opt, digit_batches(2), rec)
+    w.remove()
+    rec.close()
+    assert not (tmp_path / "runs" / "r").exists()
+
+
 def test_a_watch_ends_itself_once_its_recorder_is_closed(tmp_path):
     net = digits_net()
     opt = sgd(net)

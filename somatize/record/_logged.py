@@ -186,6 +186,7 @@ class Logging:
                 f"module that holds both, or give each its own Recorder"
             )
         self.watch = what
+        self.watched = True  # what was logged before is past: the watched forward begins a step of its own
 
     def detach(self):
         self.watch = None
