@@ -118,9 +118,12 @@ class Logger(_LightningLogger):
     ``log_hyperparams``). ``watch``: True (or a dict of its keyword
     arguments) records what a Trainer records for ``spent`` and
     ``diagnose`` of the LightningModule while it fits
-    (``somatize.torch.watch``, handed the fit's optimizer when there is
-    one; it watches the module's ``forward``: a ``training_step`` that
-    calls ``self(x)``), its hooks taken off as the fit ends.
+    (``somatize.torch.watch``; it watches the module's ``forward``: a
+    ``training_step`` that calls ``self(x)``), its hooks taken off as the
+    fit ends. It is not handed the optimizer: Lightning runs the forward
+    and the backward inside ``optimizer.step(closure)``, after the
+    optimizer's step pre-hooks, so the gradients are read as the backward
+    ends and the update as what changed the weights by the next step.
     ``summarising``: the facts ``runs(store)`` summarises (``loss.last``,
     ``val_loss.best``).
 
@@ -256,7 +259,7 @@ class Logger(_LightningLogger):
         self._resuming = trainer.ckpt_path is not None
         self._open(True, self._resuming)
         if self._watching is not False and self._recorder.recording:
-            self._watch_module(model, trainer)
+            self._watch_module(model)
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None) -> None:
@@ -432,13 +435,10 @@ class Logger(_LightningLogger):
                 f"Logger(store, run={f'{run}-{n}'!r}), or continues this one by resuming the checkpoint it "
                 f"saved (trainer.fit(model, ckpt_path=...) with Logger(store, run={run!r})){unseen}")
 
-    def _watch_module(self, model, trainer):
+    def _watch_module(self, model):
         from .torch import watch
 
         options = dict(self._watching) if isinstance(self._watching, dict) else {}
-        optimizers = list(trainer.optimizers)
-        if "optimizer" not in options and len(optimizers) == 1:
-            options["optimizer"] = optimizers[0]
         self._watch = watch(model, self._recorder, **options)
 
     def _unwatch(self):

@@ -20,7 +20,7 @@ from somatize import Recorder, Store
 from somatize._base.errors import SomatizeValueError
 from somatize.cli import runs_table
 from somatize.lightning import Logger, fact_name
-from somatize.record import curve, facts, runs
+from somatize.record import curve, facts, nodes, runs
 
 CE = torch.nn.functional.cross_entropy
 BATCHES = 4  # training batches an epoch
@@ -42,7 +42,7 @@ class Digits(L.LightningModule):
         self.save_hyperparameters()
         torch.manual_seed(0)
         self.net = modules(cnn())
-        self.losses, self.val_losses = {}, {}
+        self.losses, self.val_losses, self.grad_norms = {}, {}, {}
 
     def forward(self, x):
         return self.net(x)
@@ -54,6 +54,10 @@ class Digits(L.LightningModule):
         self.log("train_loss", loss)
         self.losses[self.global_step] = loss.item()
         return loss
+
+    def on_after_backward(self):
+        # the first convolution's gradient as the step's backward ends (its weight's and bias's)
+        self.grad_norms[self.global_step] = torch.cat([p.grad.flatten() for p in self.net[0][0].parameters()]).norm()
 
     def validation_step(self, batch, i):
         self.log("val_loss", CE(self(batch[0]), batch[1]), sync_dist=True)  # over every rank's batches
@@ -319,3 +323,25 @@ def test_a_run_opened_elsewhere_is_not_taken_over(tmp_path):
         logger = Logger(store, run="busy")
         with pytest.raises(SomatizeValueError, match="already in the store"):
             logger.log_metrics({"loss": 1.0}, step=0)
+
+
+def test_watch_records_the_modules_parts_and_changes_nothing(tmp_path, loaders):
+    store = Store(tmp_path / "store")
+    plain, watched = Digits(), Digits()
+    trainer(tmp_path / "a", Logger(store, run="plain"), epochs=1).fit(plain, *loaders)
+    trainer(tmp_path / "b", Logger(store, run="watched", watch=True), epochs=1).fit(watched, *loaders)
+    assert watched.losses == plain.losses  # measured, trained bit for bit as the unwatched one
+    assert curve(store, "watched", "loss").tolist() == [watched.losses[s] for s in range(BATCHES)]
+    # the CNN's parts as nodes (named as named_modules names them), each timed and measured
+    parts = [f"net.0.{i}" for i in range(7)] + [f"net.1.{i}" for i in range(5)]
+    assert sorted(nodes(store, "watched")["node"]) == parts
+    # the first ten steps are measured, each in its own forward, but the fit's last: its update is seen as
+    # the next step begins, and there is none (the watch is not handed the optimizer, which Lightning steps
+    # with a closure)
+    grad = curve(store, "watched", "grad_norm/net.0.0")
+    assert grad.index.tolist() == list(range(BATCHES - 1))
+    assert grad.tolist() == pytest.approx([float(watched.grad_norms[s]) for s in range(BATCHES - 1)], rel=1e-5)
+    with pytest.raises(KeyError):
+        curve(store, "plain", "grad_norm/net.0.0")
+    # the hooks are off once the fit ended
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in watched.modules())
