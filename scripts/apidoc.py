@@ -101,11 +101,30 @@ def cli_help():
     return "\n\n".join(p.rstrip() for p in helps(cli.parser()))
 
 
+# Shown before the reference: the one line each loop that is not a Trainer's needs (notebooks/08-your-own-loop.ipynb).
+OWN_LOOP = """## Recording your own loop
+
+A loop somatize did not write records the same run a `Trainer` does, so every reader (`runs`,
+`progress`, `compare`, the run browser, `spent`, `somatize.diagnose`) reads it as one. One line each:
+
+```python
+rec = somatize.Recorder(store, run="mine")                  # a loop written by hand: the run
+somatize.torch.watch(net, rec, optimizer=opt)               #   once: each layer's time and gradient health
+rec.log({"loss": loss, "lr": lr})                           #   each step
+lightning.Trainer(logger=somatize.lightning.Logger(store))  # Lightning
+transformers.Trainer(..., callbacks=[somatize.transformers.Callback(store)])  # Hugging Face
+```
+
+Runs TensorBoard already holds come in with `somatize import tensorboard LOGDIR STORE`.
+`notebooks/08-your-own-loop.ipynb` trains one CNN the first three ways into one store.
+"""
+
+
 def render():
     lines = ["# API reference", "",
              "Rendered from the docstrings by `scripts/apidoc.py`; do not edit by hand "
              "(`tests/test_api_reference.py` checks that it is current and that every public name has an entry).",
-             "Forwards and steps count from 0 everywhere.", ""]
+             "Forwards and steps count from 0 everywhere.", "", OWN_LOOP]
     for modname, about in MODULES.items():
         module = importlib.import_module(modname)
         lines += [f"## `{modname}`", "", about, ""]

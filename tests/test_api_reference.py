@@ -1,6 +1,7 @@
 """docs/API.md, the API reference, has an entry for every public name and is
 what scripts/apidoc.py renders from today's docstrings (issue 13)."""
 
+import ast
 import importlib.util
 import inspect
 import pathlib
@@ -58,3 +59,28 @@ def test_the_command_line_reference_is_the_parser_itself(capsys):
     shown = capsys.readouterr().out
     assert "somatize runs" in shown and "store" in shown
     assert "usage: somatize check" in apidoc.PAGE.read_text()
+
+
+def test_the_page_shows_how_to_record_a_loop_of_ones_own_with_calls_that_bind():
+    """Issue 32: the one line each loop needs is on the page, and each somatize
+    call it shows names a public entry and binds to today's signature."""
+    text = apidoc.PAGE.read_text()
+    own = text[text.index("## Recording your own loop"):text.index("## `somatize`")]
+    for shown in ("rec.log(", "somatize.lightning.Logger(store)", "somatize.transformers.Callback(store)"):
+        assert shown in own
+    (code,) = re.findall(r"```python\n(.*?)\n```", own, re.S)
+    called = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name.startswith("somatize."):
+                called.append((name, node))
+    assert {name for name, _ in called} == {"somatize.Recorder", "somatize.torch.watch", "somatize.lightning.Logger",
+                                            "somatize.transformers.Callback"}
+    assert {name for name, _ in called} | {"somatize.Recorder.log"} <= headings()
+    for name, node in called:
+        modname, attr = name.rsplit(".", 1)
+        obj = getattr(importlib.import_module(modname), attr)
+        inspect.signature(obj).bind(*node.args, **{k.arg: k.value for k in node.keywords})  # TypeError if not
+    log = inspect.signature(importlib.import_module("somatize").Recorder.log)
+    assert list(log.parameters)[:2] == ["self", "values"]
