@@ -57,13 +57,14 @@ def free_port():
 
 
 @contextlib.contextmanager
-def running_lab(root, tmp_path, server_extension=True):
+def running_lab(root, tmp_path, server_extension=True, settings=None):
     """A `jupyter lab` serving `root`, stopped on leaving; yields its URL.
 
     The run browser's lab extension is the one built in this checkout
     (somatize/labextension, by scripts/setup), found through JUPYTER_PATH;
     its server extension is enabled by a config file of this lab only, or
-    left out (`server_extension=False`) to see what the sidebar says then."""
+    left out (`server_extension=False`) to see what the sidebar says then.
+    ``settings``: more of that file (``{"SomatizeApp": {"stores": [...]}}``)."""
     built = ROOT / "somatize" / "labextension"
     assert (built / "package.json").is_file(), "the lab extension is not built: run scripts/setup"
     data = tmp_path / "data"
@@ -72,7 +73,7 @@ def running_lab(root, tmp_path, server_extension=True):
     config = tmp_path / "config"
     config.mkdir()
     (config / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": {"somatize._server": server_extension}}}))
+        json.dumps({"ServerApp": {"jpserver_extensions": {"somatize._server": server_extension}}, **(settings or {})}))
     # the lab's settings (its theme) and workspaces stay in tmp_path, not in the home folder
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
            "JUPYTER_PATH": str(data), "PYTHONPATH": str(ROOT),
@@ -154,14 +155,14 @@ def open_sidebar(page, url, where="lab"):
 
 
 @contextlib.contextmanager
-def sidebar_page(root, tmp_path):
+def sidebar_page(root, tmp_path, settings=None):
     """A page 1400 px wide in Debian's Chromium, on a `jupyter lab` serving
-    ``root`` (``running_lab``) with the run browser's sidebar open; closed on
-    leaving. Yields the page."""
+    ``root`` (``running_lab``, with ``settings``) with the run browser's
+    sidebar open; closed on leaving. Yields the page."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: run scripts/setup (apt-get install -y chromium)"
-    with running_lab(root, tmp_path) as url, sync_playwright() as p:
+    with running_lab(root, tmp_path, settings=settings) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})

@@ -12,7 +12,7 @@ import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/no
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import { IChosen, codeFor, explorerCode, storeFrom } from './model';
+import { IChosen, codeFor, explorerCode, storeIn } from './model';
 import { RunsPanel } from './panel';
 import { deleteAPI } from './request';
 import { IListed, RunBrowser } from './sidebar';
@@ -74,7 +74,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void intoNotebook(here => {
         const byStore = new Map<string, string[]>();
         for (const c of chosen.filter(c => c.row.state !== 'damaged')) {
-          const rel = storeFrom(here, c.store.path);
+          const rel = storeIn(here, c.store);
           byStore.set(rel, [...(byStore.get(rel) ?? []), c.row.run]);
         }
         return [...byStore].map(([store, runs]) => codeFor(store, runs));
@@ -82,9 +82,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     // the explorer for the runs listed, one cell a store: compare(store, where=..., metric=...)
     const explore = (listed: IListed[]) =>
-      void intoNotebook(here => listed.map(l => explorerCode(storeFrom(here, l.store.path), l.filter, l.rows, l.sort)));
+      void intoNotebook(here => listed.map(l => explorerCode(storeIn(here, l.store), l.filter, l.rows, l.sort)));
 
     const remove = async (chosen: IChosen[]): Promise<boolean> => {
+      const kept = chosen.filter(c => c.store.readonly);
+      if (kept.length) {
+        // the server refuses it too (405): a bucket store is read, never changed, from here
+        await showErrorMessage(
+          'Runs in a bucket store are read-only here',
+          `${kept[0].store.path} is a store in a bucket, which the run browser only reads. ` +
+            'Delete its runs in the bucket itself. Nothing was deleted.'
+        );
+        return false;
+      }
       const body = document.createElement('div');
       const what = document.createElement('p');
       what.textContent =

@@ -9,8 +9,15 @@ import { pyString } from './pystring';
 
 export interface IStore {
   id: string;
+  /** A store under the server's root: its folder below the root. A bucket store: its URL. */
   path: string;
   runs: number;
+  /** A bucket store (the server's c.SomatizeApp.stores): its URL, never a credential. */
+  url?: string;
+  /** The browser only reads this store (a bucket's): its runs cannot be deleted here. */
+  readonly?: boolean;
+  /** Why the store cannot be read now (a bucket that does not answer): the URL and the cause. */
+  error?: string;
 }
 
 /** A summarised value as the server sends it: NaN and the infinities as words, since JSON has none; null: none yet. */
@@ -265,6 +272,11 @@ export function isSummaryColumn(column: string): boolean {
 /** A store's folder as a notebook in folder `here` sees it: relative to it ('.' for the same). */
 export function storeFrom(here: string, storePath: string): string {
   return PathExt.relative(here, storePath === '.' ? '' : storePath) || '.';
+}
+
+/** What a notebook in folder `here` names a store by: a bucket store's URL, else its folder from there. */
+export function storeIn(here: string, store: IStore): string {
+  return store.url ?? storeFrom(here, store.path);
 }
 
 const MAX_WHERE = 4000; // characters of a query (record/_where.MAX_LENGTH)

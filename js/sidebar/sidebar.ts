@@ -278,7 +278,8 @@ export class RunBrowser extends Widget {
       const { stores } = await requestAPI<{ stores: IStore[] }>('stores');
       const rows = new Map<string, IRun[]>();
       const unsorted = new Map<string, string>();
-      for (const store of stores) {
+      for (const store of stores.filter(s => !s.error)) {
+        // a store that cannot be read now (a bucket that does not answer) is a row saying why
         const [got, why] = await this.storeRows(store, where, sort);
         rows.set(store.id, got);
         if (why) {
@@ -399,7 +400,11 @@ export class RunBrowser extends Widget {
     const readable = chosen.filter(c => c.row.state !== 'damaged');
     this.openButton.disabled = readable.length === 0;
     this.insertButton.disabled = readable.length === 0;
-    this.deleteButton.disabled = chosen.length === 0;
+    const readonly = chosen.some(c => c.store.readonly);
+    this.deleteButton.disabled = chosen.length === 0 || readonly;
+    this.deleteButton.title = readonly
+      ? 'Runs in a bucket store are read-only here: delete them in the bucket'
+      : 'Delete the selected runs (asks first)';
     this.node.dataset.selected = String(chosen.length);
     // the explorer needs runs to show, and a filter that reads (the one the rows answer)
     const typing = this.where() !== this.asked;
@@ -421,9 +426,16 @@ export class RunBrowser extends Widget {
     for (const store of this.stores) {
       const section = el('section', 'smz-store');
       section.dataset.store = store.id;
-      const h = el('h3', 'smz-store-name', store.path);
-      h.title = store.path;
-      section.appendChild(h);
+      section.appendChild(this.storeName(store));
+      if (store.error) {
+        section.classList.add('smz-store-error');
+        const why = el('p', 'smz-store-problem');
+        why.appendChild(el('span', 'smz-store-problem-text', store.error));
+        why.title = store.error;
+        section.appendChild(why);
+        this.body.appendChild(section);
+        continue;
+      }
       const unsorted = this.unsorted.get(store.id);
       if (unsorted) {
         const note = el('p', 'smz-note', `Listed by name: no run here has ${this.sort.column}`);
@@ -447,6 +459,35 @@ export class RunBrowser extends Widget {
       again?.focus();
     }
     this.updateButtons();
+  }
+
+  /**
+   * A store's heading: its folder below the root, or a bucket store's URL
+   * with a "bucket" badge (read-only). A URL too long for the sidebar is cut
+   * in two places: the bucket's name at its end, the prefix at its start, so
+   * the scheme, the bucket's first letters and the prefix's last part show;
+   * the whole URL is the tooltip.
+   */
+  private storeName(store: IStore): HTMLElement {
+    const h = el('h3', 'smz-store-name');
+    if (!store.url) {
+      h.textContent = store.path;
+      h.title = store.path;
+      return h;
+    }
+    h.classList.add('smz-bucket');
+    const badge = el('span', 'smz-badge', 'bucket');
+    badge.setAttribute('aria-hidden', 'true');
+    const url = store.url;
+    const slash = url.indexOf('/', url.indexOf('://') + 3); // where the bucket's name ends
+    const cut = slash < 0 ? url.length : slash;
+    const name = el('span', 'smz-url');
+    const tail = el('span', 'smz-url-tail'); // cut at its start (direction: rtl), read left to right inside
+    tail.appendChild(el('span', 'smz-url-prefix', url.slice(cut)));
+    name.append(el('span', 'smz-url-head', url.slice(0, cut)), tail);
+    h.append(badge, name, el('span', 'smz-sr', store.error ? ' (a bucket store, not read now)' : ' (a bucket store, read-only)'));
+    h.title = `${url}\n${store.error ? store.error : 'A store in a bucket (c.SomatizeApp.stores): read-only here'}`;
+    return h;
   }
 
   /** The sort menu: the fixed columns, each summarised fact's, each config key, of the runs listed. */
