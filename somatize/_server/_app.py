@@ -1,7 +1,7 @@
 """``SomatizeApp``: the server extension as a jupyter_server ``ExtensionApp``,
 so that it takes configuration the standard way (a ``jupyter_server_config.py``,
-``jupyter_somatize_config.py``, or ``--SomatizeApp.stores=…`` on the command
-line)::
+``jupyter_somatize_config.py``, or ``--SomatizeApp.stores=URL`` on the
+command line, once a URL)::
 
     c.SomatizeApp.stores = ["s3://team/runs", "gs://lab-bucket/sweeps"]
 
@@ -22,8 +22,6 @@ class SomatizeApp(ExtensionApp):
     the stores under the server's ``root_dir`` and the bucket stores ``stores``."""
 
     name = "somatize"
-    load_other_extensions = True
-    open_browser = False
 
     stores = List(
         Unicode(),
