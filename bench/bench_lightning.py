@@ -15,9 +15,14 @@ Trainer, the logger made just before:
   CSVLogger          Lightning's, into a temporary folder
   TensorBoardLogger  Lightning's, into a temporary folder (tensorboard's writer)
   somatize Logger    ``Logger(store)``, a new run of one store each round
+  Logger, save=flush the same, its ``save()`` flushing the run durably (what
+                     it does not do: Lightning calls ``save()`` after every
+                     ``log_metrics``), reported: what that would cost
 
-Two figures a variant: the later epoch's training (its first batch's start
-to its last batch's end, what every epoch after the first costs), and the
+Three figures a variant: the later epoch's training (its first batch's
+start to its last batch's end, what every epoch after the first costs), the
+process's CPU time over that epoch (every thread's: the Recorder's flusher,
+TensorBoard's writer; on a busy machine the steadier of the two), and the
 whole ``fit`` call (the Trainer and the logger set up, both epochs, the
 validations, the logger finalized: the run closed durably). The variants
 are interleaved round by round, the order rotating; a ratio is the median
@@ -83,10 +88,15 @@ def variants(L, batches, test):
 
         def on_train_batch_start(self, trainer, module, batch, i):
             if self.began is None:
-                self.began = clock()
+                self.began, self.cpu_began = clock(), time.process_time()
 
         def on_train_batch_end(self, trainer, module, outputs, batch, i):
-            self.ended = clock()
+            self.ended, self.cpu_ended = clock(), time.process_time()
+
+    class Flushing(Logger):
+        def save(self):
+            if self.experiment is not None:
+                self.experiment.flush()
 
     train = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
     val = torch.utils.data.DataLoader(test, batch_size=None, shuffle=False)
@@ -105,7 +115,9 @@ def variants(L, batches, test):
             trainer.fit(Digits(), train, val)
             fitted = clock() - t
             # the later epoch, its first batch's start to its last's end, scaled to every batch
-            return {"epoch": (timer.ended - timer.began) * len(batches) / (len(batches) - 1), "fit": fitted}
+            scale = len(batches) / (len(batches) - 1)
+            return {"epoch": (timer.ended - timer.began) * scale, "cpu": (timer.cpu_ended - timer.cpu_began) * scale,
+                    "fit": fitted}
 
         return run
 
@@ -114,6 +126,7 @@ def variants(L, batches, test):
         "CSVLogger": fit(lambda folder: CSVLogger(folder)),
         "TensorBoardLogger": fit(lambda folder: TensorBoardLogger(folder)),
         "somatize Logger": fit(lambda folder: Logger(store)),
+        "Logger, save=flush": fit(lambda folder: Flushing(store)),
     }
 
 
@@ -143,12 +156,15 @@ def main():
     print(f"Lightning {L.__version__} on the digits CNN: {len(batches)} steps an epoch (batches of 64), "
           f"{EPOCHS} epochs, train_loss logged every step, val_loss each epoch; {args.rounds} rounds, "
           f"torch {torch.__version__}, 1 thread; {machine()}")
-    print(f"  {'variant':<18} {'epoch ms':>9} {'x none':>8} {'fit ms':>9} {'x none':>8}")
-    epoch, whole = {}, {}
+    print(f"  {'variant':<18} {'epoch ms':>9} {'x none':>8} {'its CPU ms':>11} {'x none':>8} {'fit ms':>9} "
+          f"{'x none':>8}")
+    epoch, cpu, whole = {}, {}, {}
     for name, v in got.items():
         epoch[name] = ratio([r["epoch"] for r in v], [r["epoch"] for r in none])
+        cpu[name] = ratio([r["cpu"] for r in v], [r["cpu"] for r in none])
         whole[name] = ratio([r["fit"] for r in v], [r["fit"] for r in none])
         print(f"  {name:<18} {statistics.median(r['epoch'] for r in v) * 1e3:>9.2f} {epoch[name]:>7.3f}x "
+              f"{statistics.median(r['cpu'] for r in v) * 1e3:>11.2f} {cpu[name]:>7.3f}x "
               f"{statistics.median(r['fit'] for r in v) * 1e3:>9.2f} {whole[name]:>7.3f}x")
     mine = got["somatize Logger"]
     for other in ("CSVLogger", "TensorBoardLogger"):
@@ -157,6 +173,9 @@ def main():
         reported(f"the whole fit, somatize Logger / {other}",
                  ratio([r["fit"] for r in mine], [r["fit"] for r in got[other]]))
     reported("the whole fit, somatize Logger / no logger", whole["somatize Logger"])
+    reported("a later epoch's CPU (every thread), somatize Logger / no logger", cpu["somatize Logger"])
+    reported("a later epoch, save() flushing durably / somatize Logger",
+             ratio([r["epoch"] for r in got["Logger, save=flush"]], [r["epoch"] for r in mine]))
     target("a later epoch of the digits CNN in Lightning, somatize Logger / no logger", epoch["somatize Logger"],
            TARGET)
 
