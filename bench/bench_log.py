@@ -32,9 +32,14 @@ rounds already count at the flusher's pace; its CPU time is printed.
 
 The per-call cost: ``rec.log`` of five values, 50,000 calls in a tight loop
 (a run of its own each time, the background flushes inside counted, its
-close not), over the calls; once with Python numbers, once with the three
-numbers and two 0-d tensors of the loop (held, read in bulk every 32
-steps). The median of 5 runs.
+close not), over the calls, wall-clock and CPU of the calling thread; once
+with Python numbers, once with the three numbers and two 0-d tensors of the
+loop (held, read in bulk every 32 steps). The median of 5 runs.
+
+And the ratio from its parts, in CPU seconds, which a busy machine moves
+far less than the wall-clock ratio: (a log() call's CPU + a flush's CPU
+times the flushes a step, one every 0.25 s of the loop's step time) over
+the loop's step CPU (its thread's).
 
     .venv/bin/python bench/bench_log.py [--rounds 31] [--epochs 4] [--quick]
 
@@ -56,6 +61,7 @@ from digits_models import cnn, digits, modules
 
 import somatize.torch  # noqa: F401  (0-d tensors are held and read in bulk)
 from somatize import Recorder, Store
+from somatize.record._flusher import FLUSH_EVERY
 
 CE = torch.nn.functional.cross_entropy
 TARGET = 1.01
@@ -83,7 +89,7 @@ class Loop:
     def __call__(self, batches):
         net, opt, rec = self.net, self.opt, self.rec
         seen = self.seen
-        began, cpu = clock(), time.process_time()
+        began, cpu, own = clock(), time.process_time(), time.thread_time()
         for epoch in range(self.epoch, self.epoch + self.epochs):
             for x, y in batches:
                 out = net(x)
@@ -97,29 +103,30 @@ class Loop:
                 lr = opt.param_groups[0]["lr"]
                 if rec is not None:
                     rec.log({"loss": loss, "lr": lr, "accuracy": acc, "epoch": epoch, "seen": seen})
-        took, cpu = clock() - began, time.process_time() - cpu
+        took, cpu, own = clock() - began, time.process_time() - cpu, time.thread_time() - own
         flush = 0.0
         if rec is not None:  # what is left, so the flusher writes nothing of it in another variant's round
             flush = time.thread_time()
             rec.flush()
             flush = time.thread_time() - flush
         self.epoch, self.seen = self.epoch + self.epochs, seen
-        return {"took": took, "cpu": cpu, "flush": flush}
+        return {"took": took, "cpu": cpu, "own": own, "flush": flush}
 
 
 def per_call(store, tensors):
-    """µs a ``log`` call of five values, in a run of its own (the background flushes inside counted)."""
+    """(wall µs, CPU µs of the calling thread) a ``log`` call of five values,
+    in a run of its own (the background flushes inside in the wall time)."""
     loss, acc = torch.tensor(0.5), torch.tensor(0.9)
     with Recorder(store) as rec:
-        began = clock()
+        began, cpu = clock(), time.thread_time()
         if tensors:
             for i in range(CALLS):
                 rec.log({"loss": loss, "lr": 1e-3, "accuracy": acc, "epoch": 3, "seen": i})
         else:
             for i in range(CALLS):
                 rec.log({"loss": 0.5, "lr": 1e-3, "accuracy": 0.9, "epoch": 3, "seen": i})
-        took = clock() - began
-    return took / CALLS * 1e6
+        took, cpu = clock() - began, time.thread_time() - cpu
+    return took / CALLS * 1e6, cpu / CALLS * 1e6
 
 
 def main():
@@ -162,10 +169,22 @@ def main():
     reported("the noise: the loop again / the loop (one code)", ratio([r["took"] for r in got["loop again"]], base))
     reported("CPU seconds, loop + log / the loop", ratio(cpu["loop + log"], cpu["loop"]))
     runs = 3 if args.quick else 5
+    calls = {}
     for tensors in (False, True):
-        us = statistics.median(per_call(store, tensors) for _ in range(runs))
-        reported(f"one log() of 5 values, {'3 numbers + 2 0-d tensors' if tensors else 'Python numbers'}",
-                 us, unit="µs")
+        wall, own = (statistics.median(x) for x in zip(*(per_call(store, tensors) for _ in range(runs))))
+        what = "3 numbers + 2 0-d tensors" if tensors else "Python numbers"
+        print(f"  one log() of 5 values, {what}: {wall:.2f} µs wall (background flushes in), "
+              f"{own:.2f} µs CPU of its thread")
+        reported(f"one log() of 5 values, {what}", wall, unit="µs")
+        calls[tensors] = own
+    # The same cost from its parts, in CPU seconds (what a busy machine moves least): a log() call
+    # and a flush's share (a flush every FLUSH_EVERY of the loop's time), over the loop's step.
+    step = statistics.median(r["own"] for r in got["loop"]) / steps
+    flush = statistics.median(r["flush"] for r in got["loop + log"])
+    parts = (calls[True] * 1e-6 + flush * step / FLUSH_EVERY) / step
+    print(f"  from its parts: the loop's step {step * 1e6:.0f} µs CPU, a log() {calls[True]:.1f} µs, a flush "
+          f"{flush * 1e3:.2f} ms every {FLUSH_EVERY} s: {1 + parts:.4f}x")
+    reported("loop + log / the loop, from its parts (CPU of log(), of a flush)", 1 + parts)
     target("steady epochs of the digits CNN, loop + log of 5 values / the loop", ratio(logged, base), TARGET)
 
 
