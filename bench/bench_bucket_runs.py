@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
-from common import interleaved, machine, ratio, reference_batches, reference_graph, reported, target
+from common import interleaved, machine, quartiles, ratio, reference_batches, reference_graph, reported, target
 
 from somatize import Recorder, Store
 from somatize.record import _upload, curve, runs
@@ -163,6 +163,7 @@ def step_cost(url, rounds, warmup, steps):
     got = interleaved(variants, rounds, batches, warmup, stores)
     timed = sum(r["s"] for r in got["bucket"])
     return {"x": ratio([r["s"] for r in got["bucket"]], [r["s"] for r in got["disk"]]),
+            "spread": quartiles([a["s"] / b["s"] for a, b in zip(got["bucket"], got["disk"])]),
             "us": {n: statistics.median(r["s"] for r in v) / steps * 1e6 for n, v in got.items()},
             "sealed": statistics.median(r["sealed"] for r in got["bucket"]),
             "seal_cpu_ms": 1e3 * statistics.median(c for c, _ in SEALS) if SEALS else 0.0,
@@ -273,6 +274,7 @@ def main():
     print(f"  a seal: {s['seal_cpu_ms']:.2f} ms of the uploader thread's CPU, {s['seal_wall_ms']:.1f} ms wall "
           f"(medians); the uploader's CPU in every seal of the rounds (the closes' too) over the bucket variant's "
           f"timed steps: {100 * s['uploader_share']:.2f}%")
+    print(f"  bucket / disk, round by round: {s['spread']}")
     target("steady step, Trainer + Recorder, bucket store / store on disk", s["x"], 1.01)
 
     f = seen_after(f"{url}/seen", args.seconds)
