@@ -41,6 +41,7 @@ import orjson
 
 from .._base import files
 from .._base.backend import LocalBackend
+from .._base.bucket import is_url
 from .._base.errors import DamagedError
 from .._base.forks import fork_safe
 from .._store.names import is_run_name
@@ -519,15 +520,6 @@ def mirror_of(bucket) -> Mirror:
         return found
 
 
-def local(store, run=None, sync=True):
-    """The store a reader reads for ``store``: itself, or for a Store in a
-    bucket (or its URL, ``s3://…``) its mirror, brought up to the bucket
-    first (``reading``). A store on disk costs one attribute look."""
-    if getattr(store, "bucket", None) is None and not (isinstance(store, str) and "://" in store):
-        return store
-    return reading(store, run, sync)
-
-
 def check(store) -> tuple[list[str], list[str]]:
     """``(problems, notes)`` of the runs of a Store in a bucket, as
     ``somatize check`` says them: every run brought into this machine's
@@ -574,7 +566,7 @@ def reading(store, run=None, sync=True):
     False: as it is). A URL is opened as the Store it names."""
     bucket = bucket_of(store)
     if bucket is None:
-        if isinstance(store, str) and "://" in store:
+        if is_url(store):
             from .._store.store import as_store
 
             store = as_store(store, readonly=True)  # a reader makes nothing there

@@ -31,7 +31,7 @@ from .._base.errors import (
 )
 from .._store.names import store_root
 from . import _files, _log
-from ._mirror import local
+from ._local import local
 from ._runs import (
     INDEX,
     LOG,

@@ -54,7 +54,7 @@ from .._base import files
 from .._base.forks import fork_safe
 from .._store.names import is_run_name, store_root
 from . import _columns, _runs
-from ._mirror import local
+from ._local import local
 from ._summary import LOST
 
 KEPT_RUNS = 50_000
