@@ -660,3 +660,18 @@ def test_somatize_check_reads_every_run_of_a_bucket_store_naming_a_damaged_segme
     assert found.returncode == 1, found.stdout
     problems = [line for line in found.stdout.splitlines() if line.startswith("problem:")]
     assert len(problems) == 1 and "run 'b'" in problems[0] and "runs/b/seg/0000000001" in problems[0]
+
+
+def test_a_script_that_exits_without_close_leaves_its_run_interrupted_in_the_bucket(s3_url, machine):
+    """The exit's close sends what is left and marks the run interrupted,
+    its cause said; nothing handed over is lost."""
+    code = ("import sys\nfrom somatize import Recorder, Store\nr = Recorder(Store(sys.argv[1]), run='e')\n"
+            "for i in range(5):\n    r.forward_began()\n    r({'fact': 'loss', 'value': float(i)})\n")
+    done = subprocess.run([sys.executable, "-c", code, s3_url], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    machine("b")
+    reader = Store(s3_url)
+    row = runs(reader).set_index("run").loc["e"]
+    assert row["state"] == "interrupted" and "without close()" in row["cause"]
+    assert losses(reader, "e") == [float(i) for i in range(5)]
+    assert head_of(reader, "e")["state"] == "interrupted"
