@@ -25,9 +25,16 @@ After each round each run is flushed, outside the timing, so that no fact
 of it is left for the background flusher to write in another variant's
 round.
 
-Also reported: a measured step's own cost, the median over rounds of (a
-round's extra time over the loop's) / (the steps it measured), from a run
-with every step measured (``FIRST`` raised) against the loop.
+Also reported: the same ratios in CPU seconds of the whole process (every
+thread's, the background flusher's too: a figure a busy machine moves
+less than wall-clock), and the watch's cost from its parts, in CPU
+seconds: what its hooks add to a step it does not measure (a tiny model,
+8 -> 8 -> 1, whose step is mostly Python: 3,000 steps watched and not,
+alternating, the median of 9 pairs' differences), what a measured step
+adds (the digits CNN with every step measured against the loop, in
+interleaved rounds), and 1 + (hooks + measured / EVERY) / the loop's step:
+the ratio the default sampling comes to, less noisy than the target's on a
+busy machine.
 
     .venv/bin/python bench/bench_watch.py [--rounds 31] [--epochs 4] [--quick]
 
@@ -81,7 +88,7 @@ class Loop:
 
     def __call__(self, batches):
         net, opt, rec = self.net, self.opt, self.rec
-        began = clock()
+        began, cpu = clock(), time.process_time()
         for _ in range(self.epochs):
             for x, y in batches:
                 loss = CE(net(x), y)
@@ -89,9 +96,9 @@ class Loop:
                 opt.step()
                 opt.zero_grad()
                 rec.log({"loss": loss})
-        took = clock() - began
+        took, cpu = clock() - began, time.process_time() - cpu
         rec.flush()  # what is left, so the flusher writes nothing of it in another variant's round
-        return took
+        return {"took": took, "cpu": cpu}
 
     def close(self):
         if self.watch is not None:
@@ -99,22 +106,59 @@ class Loop:
         self.rec.close()
 
 
-def measured_step_cost(store, batches, rounds, epochs):
-    """µs a measured step costs over an unmeasured one: every step measured
-    (``FIRST`` raised past the run's updates) against the loop."""
-    first = _instruments.FIRST
-    _instruments.FIRST = 10 ** 9
-    try:
-        variants = {"loop": Loop(store, epochs), "all measured": Loop(store, epochs, watched=True)}
-        for fn in variants.values():
-            fn(batches)
-        got = interleaved(variants, rounds, batches)
-        for fn in variants.values():
-            fn.close()
-    finally:
-        _instruments.FIRST = first
+def sampled(loop, updates):
+    """``loop``'s watch asked, each step, whether the update numbered
+    ``updates`` is measured (``Instruments.begin``): one answer for every step."""
+    inst = loop.watch._inst
+    begin = inst.begin
+    inst.begin = lambda _updates: begin(updates)
+    return loop
+
+
+def measured_cost(store, batches, rounds, epochs):
+    """CPU µs a measured step costs over the loop's step, and the loop's
+    step: the digits CNN watched with every step measured (its watch asked
+    as for update 0) against the loop, medians over interleaved rounds."""
+    variants = {"loop": Loop(store, epochs), "all measured": sampled(Loop(store, epochs, watched=True), 0)}
+    for fn in variants.values():
+        fn(batches)
+    got = interleaved(variants, rounds, batches)
+    for fn in variants.values():
+        fn.close()
     steps = epochs * len(batches)
-    return statistics.median((a - b) / steps for a, b in zip(got["all measured"], got["loop"])) * 1e6
+    cpu = {name: [r["cpu"] for r in runs] for name, runs in got.items()}
+    extra = statistics.median((a - b) / steps for a, b in zip(cpu["all measured"], cpu["loop"]))
+    return extra * 1e6, statistics.median(cpu["loop"]) / steps * 1e6
+
+
+def unmeasured_cost(store, runs, steps):
+    """CPU µs the watch's hooks add to a step it does not measure (its
+    watch asked as for update ``EVERY + 1``): a tiny model (8 -> 8 -> 1),
+    whose step is mostly the hooks' Python, ``steps`` steps a run watched
+    and unwatched, alternating; the median of the pairs' differences."""
+    x, y = torch.randn(8, 8), torch.randn(8, 1)
+
+    def run(watched):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+        with Recorder(store) as rec:
+            w = watch(net, rec, optimizer=opt) if watched else None
+            if w is not None:
+                inst = w._inst
+                begin = inst.begin
+                inst.begin = lambda _updates: begin(_instruments.EVERY + 1)
+            began = time.process_time()
+            for _ in range(steps):
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                rec.log({"loss": loss})
+            return (time.process_time() - began) / steps
+
+    pairs = [(run(True), run(False)) for _ in range(runs)]
+    return statistics.median(a - b for a, b in pairs) * 1e6, statistics.median(b for _, b in pairs) * 1e6
 
 
 def main():
@@ -139,6 +183,8 @@ def main():
     for fn in variants.values():
         fn.close()
     steps = args.epochs * len(batches)
+    cpu = {name: [r["cpu"] for r in runs] for name, runs in got.items()}
+    got = {name: [r["took"] for r in runs] for name, runs in got.items()}
     base = got["loop"]
     print(f"digits CNN as one module ({len(variants['loop + watch'].watch.nodes)} nodes), {len(batches)} steps an "
           f"epoch (batches of 64), {args.epochs} epochs a round, {args.rounds} rounds, Adam, torch "
@@ -150,9 +196,19 @@ def main():
     watched = got["loop + watch"]
     per_step = statistics.median((a - b) / steps for a, b in zip(watched, base))
     print(f"  loop + watch - loop, a step: {per_step * 1e6:.1f} µs (median over rounds)")
+    print(f"  CPU seconds (every thread's), loop + watch / the loop: "
+          f"{quartiles([a / b for a, b in zip(cpu['loop + watch'], cpu['loop'])])}; the loop again / the loop: "
+          f"{quartiles([a / b for a, b in zip(cpu['loop again'], cpu['loop'])])}")
     reported("the noise: the loop again / the loop (one code)", ratio(got["loop again"], base))
-    reported("a measured step's own cost (every step measured, over the loop's)",
-             measured_step_cost(store, batches, max(3, args.rounds // 3), args.epochs), unit="µs")
+    reported("CPU seconds, loop + watch / the loop", ratio(cpu["loop + watch"], cpu["loop"]))
+    reported("CPU seconds, the loop again / the loop", ratio(cpu["loop again"], cpu["loop"]))
+    hooks, tiny = unmeasured_cost(store, 3 if args.quick else 9, 200 if args.quick else 3000)
+    measured, step = measured_cost(store, batches, max(3, args.rounds // 3), args.epochs)
+    every = _instruments.EVERY
+    reported(f"a step it does not measure: its hooks, CPU, over a tiny model's step of {tiny:.0f} µs", hooks, unit="µs")
+    reported("a measured step of the digits CNN, CPU, over the loop's step", measured, unit="µs")
+    reported(f"from its parts: 1 + (hooks + measured / {every}) / the loop's step ({step:.0f} µs CPU)",
+             1 + (hooks + measured / every) / step)
     target("steady step of the digits CNN, loop + watch / the loop (both log)", ratio(watched, base), TARGET)
 
 
