@@ -26,14 +26,9 @@ importing this module raises ``MissingExtra`` naming ``somatize[lightning]``.
 
 from __future__ import annotations
 
-import argparse
-import enum
-import math
-import numbers
 import re
 import sys
 import warnings
-from collections.abc import Mapping
 from importlib.util import find_spec as _find_spec
 
 from ._base.errors import MissingExtra as _MissingExtra
@@ -51,6 +46,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: E402
 from ._base.errors import SomatizeKeyError, SomatizeValueError  # noqa: E402
 from ._store.store import as_store  # noqa: E402
 from .record._logged import refused_key  # noqa: E402
+from .record._outside import config_value, recorded_number, same_value  # noqa: E402
 from .record._recorder import Recorder, default_name  # noqa: E402
 from .record._runs import checked_name  # noqa: E402
 from .record._summary import config_json  # noqa: E402
@@ -62,8 +58,6 @@ VALIDATION = re.compile(r"(?:val|valid|validation)[_/](.+)")
 TEST = re.compile(r"test[_/](.+)")
 LEARNING_RATE = re.compile(r"lr-[A-Za-z_][A-Za-z0-9_]*")  # LearningRateMonitor's lr-<Optimizer>
 AS_SOMATIZE = {"grad_norm": "grad_norm_total"}
-CONFIG_NEST = 16  # deeper in the hyperparameters is kept as its str
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # an object's address in its str: another in each process
 
 
 def fact_name(key: str) -> str:
@@ -222,7 +216,7 @@ class Logger(_LightningLogger):
         bits, a NaN) as its ``str``, without any object's address. Handed
         once the run is open, a key that would change its config is not
         recorded, and a ``RuntimeWarning`` names it."""
-        params = _plain(params, 0)
+        params = config_value(params, 0)
         if not isinstance(params, dict):
             params = {"hparams": params}
         if self._recorder is None:
@@ -284,7 +278,7 @@ class Logger(_LightningLogger):
             name = self._name_of(key)
             if name is None:
                 continue
-            number = _number(value)
+            number = recorded_number(value)
             if number is None:
                 self._not_recorded(key, f"its value {value!r:.40} is not one number")
             else:
@@ -307,7 +301,7 @@ class Logger(_LightningLogger):
         if step != last:
             self._said = {}
         said = self._said
-        values = {name: v for name, v in values.items() if not (name in said and _same(said[name], v))}
+        values = {name: v for name, v in values.items() if not (name in said and same_value(said[name], v))}
         if values:
             recorder.log(values, step=step)
             said.update(values)
@@ -491,56 +485,3 @@ def _last_step(store, recorder):
     if not recorder.recording or recorder.forwards == 0:
         return None
     return int(_steps(store, recorder)[-1])
-
-
-def _number(value):
-    """``value`` as the number recorded, or None for a value that is not one."""
-    cls = value.__class__
-    if cls is float or cls is int:
-        return value
-    if value is None or isinstance(value, (bool, str, bytes)):
-        return None
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
-        try:
-            return float(value)  # a numpy scalar, a tensor of one value
-        except (TypeError, ValueError, RuntimeError):
-            return None
-    return None
-
-
-def _same(a, b) -> bool:
-    return a == b or (a != a and b != b)
-
-
-def _plain(value, depth):
-    """``value`` (a hyperparameter) as a config holds it: JSON's values as
-    they are, a ``Namespace`` or a mapping as a dict (keys as str), an enum
-    as its value, a class or a function by its qualified name, a 0-d tensor
-    or array as its number; an int past 64 bits, a NaN or an infinity, or
-    anything else, as its ``str`` without the object's address (which would
-    differ in each process)."""
-    if value is None or value.__class__ in (bool, str):
-        return value
-    if isinstance(value, enum.Enum):
-        return _plain(value.value, depth)
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)
-        return value if -(1 << 63) <= value < 1 << 64 else str(value)
-    if isinstance(value, numbers.Real):
-        value = float(value)
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, argparse.Namespace):
-        value = vars(value)
-    if depth < CONFIG_NEST and isinstance(value, Mapping):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if depth < CONFIG_NEST and isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1) for v in value]
-    if isinstance(value, type) or callable(value) and hasattr(value, "__qualname__"):
-        return f"{getattr(value, '__module__', None) or ''}.{value.__qualname__}".lstrip(".")
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        return _plain(value.item(), depth)
-    return ADDRESS.sub("", str(value))

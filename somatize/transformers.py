@@ -34,9 +34,6 @@ accelerate, which its Trainer needs) importing this module raises
 
 from __future__ import annotations
 
-import enum
-import math
-import numbers
 import os
 import re
 import sys
@@ -55,6 +52,7 @@ from transformers.trainer_callback import ExportableState  # noqa: E402
 
 from ._base.errors import SomatizeError, SomatizeTypeError, SomatizeValueError  # noqa: E402
 from ._store.store import as_store  # noqa: E402
+from .record._outside import config_value, recorded_number, same_value  # noqa: E402
 from .record._recorder import Recorder  # noqa: E402
 from .record._summary import config_json  # noqa: E402
 
@@ -65,7 +63,6 @@ AS_SOMATIZE = {"learning_rate": "lr", "grad_norm": "grad_norm_total"}
 CALL_MEASURE = re.compile(r".*_(runtime|samples_per_second|steps_per_second|tokens_per_second"
                           r"|model_preparation_time|jit_compilation_time)|.*_mem_.*")
 CALL_TOTALS = ("train_loss", "total_flos")  # together: the log train() says once as it ends
-CONFIG_NEST = 16  # deeper in TrainingArguments or a model's config is kept as its str
 
 
 def fact_name(key: str) -> str:
@@ -271,11 +268,11 @@ class Callback(TrainerCallback, ExportableState):
         for key, value in logs.items():
             if not isinstance(key, str) or key in self._refused:
                 continue
-            number = _number(value)
+            number = recorded_number(value)
             if number is None:
                 continue
             name = fact_name(key)
-            if name in said and _same(said[name], number):
+            if name in said and same_value(said[name], number):
                 continue
             values[name], keys[name] = number, key
         if not values:
@@ -312,10 +309,10 @@ class Callback(TrainerCallback, ExportableState):
             RuntimeWarning, stacklevel=4)
 
     def _run_config(self, args, model) -> dict:
-        config = _plain(args.to_dict(), 0) if hasattr(args, "to_dict") else {}
+        config = config_value(args.to_dict(), 0) if hasattr(args, "to_dict") else {}
         model_config = getattr(model, "config", None)
         if callable(getattr(model_config, "to_dict", None)):
-            config["model"] = _plain(model_config.to_dict(), 0)
+            config["model"] = config_value(model_config.to_dict(), 0)
         config.update(self._config or {})
         return config
 
@@ -371,47 +368,3 @@ class Callback(TrainerCallback, ExportableState):
                 self._let_go("interrupted", error)
             except SomatizeError as e:  # nobody to raise to at a cell's end: say it where a person looks
                 print(f"somatize: {e}", file=sys.stderr)
-
-
-def _number(value):
-    """``value`` as the number recorded, or None for a value that is not one."""
-    cls = value.__class__
-    if cls is float or cls is int:
-        return value
-    if value is None or isinstance(value, (bool, str, bytes)):
-        return None
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
-        try:
-            return float(value)  # a numpy scalar, a tensor of one value
-        except (TypeError, ValueError, RuntimeError):
-            return None
-    return None
-
-
-def _same(a, b) -> bool:
-    return a == b or (a != a and b != b)
-
-
-def _plain(value, depth):
-    """``value`` (of ``args.to_dict()`` or a model's config) as a config
-    holds it: JSON's values as they are, an enum as its value, keys as str,
-    an int past 64 bits, a NaN or an infinity, or anything else, as its str."""
-    if value is None or value.__class__ in (bool, str):
-        return value
-    if isinstance(value, enum.Enum):
-        return _plain(value.value, depth)
-    if isinstance(value, numbers.Integral):
-        value = int(value)
-        return value if -(1 << 63) <= value < 1 << 64 else str(value)
-    if isinstance(value, numbers.Real):
-        value = float(value)
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, str):
-        return str(value)
-    if depth < CONFIG_NEST and isinstance(value, dict):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if depth < CONFIG_NEST and isinstance(value, (list, tuple)):
-        return [_plain(v, depth + 1) for v in value]
-    return str(value)
