@@ -198,10 +198,12 @@ def test_the_instruments_facts_of_a_step_come_after_the_nodes_and_before_updated
     train(store, "r", steps=1)
     said = [(f["fact"], f.get("node")) for f in facts(store, "r", forward=0)]
     nodes = ("body", "head")
-    assert said[:5] == [*((k, n) for n in nodes for k in ("ran", "out_zeros")), ("finished", None)]
-    update = [s for s in said[5:] if s[0] in INSTRUMENT_FACTS]
+    # the forward's, and the time its outputs' reading took in it (instruments_us)
+    assert said[:6] == [*((k, n) for n in nodes for k in ("ran", "out_zeros")), ("finished", None),
+                        ("instruments_us", None)]
+    update = [s for s in said[6:] if s[0] in INSTRUMENT_FACTS]
     assert update == [(k, n) for n in nodes for k in ("grad_norm", "weight_norm", "update_norm", "grad_zeros")]
-    assert said[5 + len(update):] == [
+    assert said[6 + len(update):] == [
         ("updated", None), ("loss", None), ("wall_s", None), ("objective_us", None), ("backward_us", None),
         ("update_us", None), ("lr", None), ("backward_us", "head"), ("backward_us", "body"), ("trainer_us", None),
     ]  # each node's backward: the gradient reaches head first

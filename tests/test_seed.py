@@ -80,7 +80,7 @@ def test_the_reference_training_run(tmp_path):
     assert set(nodes(store, run="a-run")["node"]) == {"body", "head"}
     assert "polyline" in svg_markup(shown(progress(store, run="a-run"))["text/html"])  # a drawn curve
     where = spent(store, run="a-run")
-    assert {r["kind"] for r in where.rows} == {"node", "engine", "trainer"}
+    assert {r["kind"] for r in where.rows} == {"node", "engine", "instruments", "trainer"}
     picture = svg_markup(shown(where)["text/html"])
     assert ">body<" in picture and ">head<" in picture  # a labelled bar for each node
 

@@ -233,7 +233,8 @@ def test_remove_takes_every_hook_off_and_nothing_more_is_said(tmp_path):
         w.remove()  # again: nothing left to do
     assert hooks_left(net, opt) == [] and "removed" in repr(w)
     said = {f["fact"] for forward in range(4) for f in facts(tmp_path, "r", forward=forward)}
-    assert said == {"ran", "out_zeros", "finished", "loss", "wall_s"}  # the first forward's, up to remove()
+    # the first forward's, up to remove()
+    assert said == {"ran", "out_zeros", "finished", "instruments_us", "loss", "wall_s"}
     assert [f["fact"] for f in facts(tmp_path, "r", forward=1)] == ["loss", "wall_s"]
     with Recorder(Store(tmp_path), run="again") as rec:  # removed, the Recorder takes another watch
         watch(net, rec)

@@ -31,9 +31,12 @@ ENGINE_FACTS = ("ran", "recalled", "kept", "finished", "failed")
 # (torch/_distributed.py).
 TRAINER_FACTS = ("updated", "loss", "wall_s", "trainer_us", "objective_us", "backward_us", "update_us", "lr",
                  "ranks", "rank_us", "rank_before_us")
-# The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose.
+# The Trainer's instruments (somatize/torch/_instruments.py), read by somatize.diagnose; instruments_us:
+# the µs a forward spent inside its time (finished) in the instruments' reading of its nodes' outputs, said
+# on the steps they record, which spent shows apart from the engine's.
 INSTRUMENT_FACTS = (
     "grad_norm", "weight_norm", "update_norm", "grad_zeros", "out_zeros", "out_saturated", "not_optimized",
+    "instruments_us",
 )
 # An evaluation's time (somatize/torch/_evaluate.py). Its values, val_loss and val_<metric>, are not
 # reserved: a node may say its own (ctx.fact("val_loss", ...) lands in the series val_loss/<node>).

@@ -5,8 +5,14 @@ summary, its forward times and one forward's facts), never from a process
 that is gone. Nodes are sorted by their total time and the slowest is drawn
 in another colour, so in a twenty-node graph the culprit is the first bar.
 The engine's own time (a forward's time outside its nodes) is a bar of its
-own; so are the evaluations' (`eval_us`: `trainer.evaluate`'s forwards,
-unwatched, its loss and metrics), apart from training; so is the Trainer's when the record holds it (a numeric fact
+own, its mean over the forwards that said their time (`finished`: each of a
+Trainer's, a watched module's measured ones, torch/_watch.py); so is the
+instruments' (`instruments_us`: a recorded step's forward reading its nodes'
+outputs, inside that forward's time, torch/_instruments.py), taken out of
+the engine's, whose it is not, its mean over the forwards that said it; so
+are the evaluations' (`eval_us`: `trainer.evaluate`'s forwards, unwatched,
+its loss and metrics), apart from training; so is the Trainer's when the
+record holds it (a numeric fact
 `trainer_us`: µs of loss, backward and update per step), split into its
 parts (`objective_us`, `backward_us`, `update_us`, and the rest) when the
 record holds them too; an older record draws it whole. A data-parallel run
@@ -39,6 +45,7 @@ TRAINER_FACT = "trainer_us"
 # The parts of the Trainer's time, as the Trainer names them, and how the panel says them.
 TRAINER_PARTS = (("objective_us", "objective (loss)"), ("backward_us", "backward"),
                  ("update_us", "optimizer update"))
+MEASURING_FACT = "instruments_us"  # µs of a forward in the instruments' reading of its outputs (torch/_instruments.py)
 EVALUATION_FACT = "eval_us"  # µs of one trainer.evaluate (torch/_evaluate.py): its unwatched forwards and metrics
 BACKWARD = "backward_us"  # with a node: that node's part of a step's backward, series backward_us/<node>
 WARMUP = 1  # the first forward pays for lazy set-up (allocations, kernels): shown apart, left out of the spread
@@ -95,10 +102,17 @@ def spent_data(store, run, forward=None):
         rows.append({"label": str(r["node"]), "kind": "node", "total_us": float(r["total_us"]),
                      "mean_us": float(r["total_us"]) / calls if calls else 0.0, "count": calls})
     node_total = sum(r["total_us"] for r in rows)
-    if count:
-        outside = max(0.0, float(per_forward["took_us"].fillna(0).sum()) - node_total)
+    whole = per_forward["took_us"].dropna()  # the forwards that said their time: a watch's measured ones only
+    timed = int(len(whole))
+    measuring = per_forward[MEASURING_FACT].dropna() if MEASURING_FACT in per_forward else whole.iloc[:0]
+    measured = float(measuring.sum())
+    if timed:
+        outside = max(0.0, float(whole.sum()) - node_total - measured)
         rows.append({"label": "engine (outside nodes)", "kind": "engine", "total_us": outside,
-                     "mean_us": outside / count, "count": count})
+                     "mean_us": outside / timed, "count": timed})
+    if len(measuring):
+        rows.append({"label": "instruments (measuring)", "kind": "instruments", "total_us": measured,
+                     "mean_us": measured / len(measuring), "count": int(len(measuring))})
     if TRAINER_FACT in per_forward:
         took = per_forward[TRAINER_FACT].dropna()
         rows.append({"label": "Trainer (loss, backward, update)", "kind": "trainer",
@@ -131,7 +145,7 @@ def spent_data(store, run, forward=None):
             which -= 1
         total = next((f["took_us"] for f in said if f.get("fact") == "finished"), None)
         timeline = {"forward": which, "total_us": total, "spans": spans, "last": which == count - 1}
-    return {"run": run, "forwards": count, "rows": rows, "timeline": timeline,
+    return {"run": run, "forwards": count, "timed": timed, "rows": rows, "timeline": timeline,
             "slowest": slowest["label"] if slowest and slowest["slowest"] else None,
             "spread": spread_of(store, run, per_forward, count), **rank_time(store, run)}
 
@@ -231,7 +245,22 @@ def timings(d):
 
 
 def title_of(d):
-    return f"Where the time went — run {d['run']!r}, {d['forwards']:,} forwards"
+    return f"Where the time went — run {d['run']!r}, {_forwards(d)}"
+
+
+def _forwards(d):
+    """"46 forwards", and of a watched module's run, whose forwards say their
+    time on its measured steps only, ", 11 measured"."""
+    said = f"{d['forwards']:,} forwards"
+    timed = d.get("timed", d["forwards"])
+    return said + (f", {timed:,} measured" if timed < d["forwards"] else "")
+
+
+def _per(r, d):
+    """What a row's mean is per, and what its count counts, as its tip says them."""
+    if r["kind"] == "instruments" or (r["kind"] == "engine" and d.get("timed", d["forwards"]) < d["forwards"]):
+        return "a measured forward", "measured forwards"
+    return _EACH.get(r["kind"], "a forward"), _COUNTED.get(r["kind"], "forwards")
 
 
 def spent_inner(d, graph=None, narrow=False):
@@ -250,15 +279,21 @@ def spent_inner(d, graph=None, narrow=False):
                      f"{_svg.duration_us(r['mean_us'])} {_EACH.get(r['kind'], 'a forward')}",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
-                    f"{_EACH.get(r['kind'], 'a forward')} over {r['count']:,} "
-                    f"{_COUNTED.get(r['kind'], 'forwards')}"
+                    f"{_per(r, d)[0]} over {r['count']:,} {_per(r, d)[1]}"
+                    + _TIPS.get(r["kind"], "")
                     + (f"; backward {_svg.duration_us(r['backward_us'])} a step ({r['backward_steps']:,} "
                        "steps measured)" if "backward_us" in r else ""),
              "parts": _bar_parts(r)}
             for r in d["rows"]]
-    parts.append(_h("Total time over the run, its share, and the mean a forward (slowest node in orange)"))
+    timed = d.get("timed", d["forwards"])
+    over = "the run" if timed == d["forwards"] else f"its {timed:,} measured forwards"
+    parts.append(_h(f"Total time over {over}, its share, and the mean a forward (slowest node in orange)"))
     trainer = any(r["kind"] == "trainer" for r in d["rows"])
-    grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
+    if any(r["kind"] == "instruments" for r in d["rows"]):  # said short: the line holds green's too
+        grey = ("grey: the engine's, the instruments' and the Trainer's own time" if trainer else
+                "grey: the engine's and the instruments' own time, not any node's")
+    else:
+        grey = "grey: the engine's own time" + (", and the Trainer's" if trainer else "") + ", not any node's"
     if any(r["kind"] == "evaluation" for r in d["rows"]):
         grey += "; green: evaluation"
     parts.append(_both(_svg.bars_svg(bars, title=title_of(d), unit_label=grey),
@@ -296,6 +331,8 @@ def spent_inner(d, graph=None, narrow=False):
 
 _COLORS = {"node": _svg.SERIES[0], "evaluation": _svg.SERIES[2]}
 _EACH = {"evaluation": "an evaluation"}  # what a row's mean is per
+_TIPS = {"instruments": " (reading each node's output: its zeros, the backward's clock; in the forward's time, "
+                        "never in a node's)"}
 _COUNTED = {"node": "calls", "evaluation": "evaluations"}
 
 
@@ -369,8 +406,10 @@ def _spread_table(d):
 
 
 def _forward_mean(d):
-    node = sum(r["total_us"] for r in d["rows"] if r["kind"] in ("node", "engine"))
-    return node / d["forwards"] if d["forwards"] else None
+    """A forward's mean time: its nodes', the engine's and the instruments' over the forwards that said it."""
+    timed = d.get("timed", d["forwards"])
+    inside = sum(r["total_us"] for r in d["rows"] if r["kind"] in ("node", "engine", "instruments"))
+    return inside / timed if timed else None
 
 
 def _h(text):
@@ -407,7 +446,7 @@ class Spent:
                                 "slowest": self.slowest})
 
     def __repr__(self):
-        lines = [f"spent(run={self.data['run']!r}): {self.data['forwards']} forwards"]
+        lines = [f"spent(run={self.data['run']!r}): {_forwards(self.data)}"]
         for r in self.rows:
             mark = "  <- slowest node" if r["slowest"] else ""
             lines.append(f"  {r['label']:<34} {_svg.duration_us(r['total_us']):>10}  {r['share']:6.1%}{mark}")
@@ -425,8 +464,11 @@ class Spent:
 
 def spent(store, run, forward=None, graph=None):
     """Where the time of `run` went: total and mean time per node, the
-    engine's and the Trainer's own time, and a timeline of one forward (the
-    last, or `forward=N`). `graph=g` also draws those times on the graph.
+    engine's and the Trainer's own time, the instruments' measuring (their
+    reading of each node's output, apart from the engine's), and a timeline
+    of one forward (the last, or `forward=N`). A watched module's run
+    (``somatize.torch.watch``) times its measured forwards only: its
+    means a forward are over those. `graph=g` also draws those times on the graph.
     A data-parallel run also shows each rank's time a step to reach the
     update (in its step and before it, loading its data) and its wait there, and
     names its straggler, the rank the others wait for (`.ranks`,

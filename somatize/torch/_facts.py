@@ -3,8 +3,10 @@
 The rule kept here: a step's facts come in one order, whatever path the step
 took, and its clocks add up to its wall time outside the graph. After the
 engine's ``finished`` of the step's last forward (with ``micro=N`` a step
-runs N forwards): ``{"fact": "updated"}`` when the step closed a group (and
-the update was not skipped by fp16's scaler), then ``{"fact": "loss",
+runs N forwards; on the instruments' recorded steps each forward's
+``finished`` is followed by its ``instruments_us``, ``_instruments``):
+``{"fact": "updated"}`` when the step closed a group (and the update was
+not skipped by fp16's scaler), then ``{"fact": "loss",
 "value": <float>}``, the loss of the whole batch of the step, then, on the
 steps that say their clocks, ``{"fact": "wall_s", "value": <float>}``, the
 clock (seconds since 1970) when the step began, and its parts in µs,

@@ -24,7 +24,12 @@ in ``_graph/watchers.py``; each lands in the series ``<name>/<node>``):
   ``out_zeros`` (share of entries exactly 0) and, when the output comes out
   of a saturating function (sigmoid, tanh, hardtanh: read from its
   ``grad_fn``), ``out_saturated`` (share of entries where that function's
-  slope is under 2% of its peak: within 0.5% of its range from a bound).
+  slope is under 2% of its peak: within 0.5% of its range from a bound);
+- per forward of a recorded step, after its ``finished``: ``instruments_us``
+  (``{"fact": "instruments_us", "value": <int>}``, no node), the µs that
+  forward spent in ``output`` reading its nodes' outputs (the counts above
+  and the backward clock's hooks), inside the forward's ``took_us``:
+  ``spent`` shows it apart from the engine's own time, whose it is not.
 
 Their values are read off the device without a host sync of their own: each
 recorded step's numbers are 0-d tensors (each parameter's norms and nonzero
@@ -48,6 +53,7 @@ count at its start is due, so its outputs and its update are measured together.
 from __future__ import annotations
 
 import math
+from time import perf_counter_ns
 
 import torch
 
@@ -106,6 +112,7 @@ class Instruments:
         self.clock = BackwardClock(emit, finish)
         self._sums = _NodeSums(self.nodes, self.sizes)
         self.started = False
+        self.measuring = 0  # ns in output() since the last measured() (or begin())
         self._before = None
         self._grads = None
 
@@ -134,11 +141,24 @@ class Instruments:
             self.start()
         if self.clock.armed:  # a step that raised left it armed
             self.clock.reset()
+        self.measuring = 0  # a forward that raised said none of its own
         return due(updates)
 
     def output(self, name, value):
         """The engine's hook (``Watchers.output``): one node's output as it is
-        handed on."""
+        handed on; its time is added to ``measuring``."""
+        began = perf_counter_ns()
+        self._read(name, value)
+        self.measuring += perf_counter_ns() - began
+
+    def measured(self):
+        """A forward whose outputs were handed to ``output`` ended: says
+        ``instruments_us``, the µs they took in it, and counts the next
+        forward's from 0."""
+        ns, self.measuring = self.measuring, 0
+        self.emit({"fact": "instruments_us", "value": ns // 1000})
+
+    def _read(self, name, value):
         t = value.value if value.__class__ is Opaque else value
         if t.__class__ is not torch.Tensor or not t.is_floating_point() or not t.numel():
             return

@@ -415,8 +415,11 @@ class Trainer:
         if facts is None:  # nobody reads trainer_us: no clocks
             return self._graph_forward(Opaque(x), self.store, self._emitting)
         t = perf_counter_ns()
-        out = self._graph_forward(Opaque(x), self.store, self._emitting)
+        emitting = self._emitting
+        out = self._graph_forward(Opaque(x), self.store, emitting)
         facts.in_graph += perf_counter_ns() - t
+        if emitting.output is not None:  # the instruments read this forward's outputs: how long, said apart
+            self._instruments.measured()
         return out
 
     # -- the losses, read off the device in bulk (_reading.py)

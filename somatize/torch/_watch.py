@@ -35,7 +35,9 @@ updates, then one in ``EVERY``), counted in the optimizer's steps when
 hooks go on each node for that forward: each node says ``ran`` (its
 ``began_us``, from the module's forward's start, and ``took_us``) and its
 outputs' ``out_zeros``/``out_saturated``; the module's forward says
-``finished``; each node's ``backward_us`` is said as that backward ends
+``finished`` and then ``instruments_us``, the part of its time the hooks
+spent reading the nodes' outputs (``spent`` shows it apart from the time
+outside the nodes, as it does a Trainer's); each node's ``backward_us`` is said as that backward ends
 (autograd's engine calls back). The other steps pay one hook on the module
 (two on its optimizer).
 
@@ -84,8 +86,10 @@ def watch(module, recorder, *, optimizer=None):
     (or its next, which ``log`` numbers): a forward under
     ``torch.no_grad()`` (an evaluation) is none. On the steps the Trainer's
     instruments record (the first 10 updates, then one in 40) each node's
-    forward time (``ran``), outputs (``out_zeros``, ``out_saturated``) and
-    backward time (``backward_us``), and each node's gradient, weight and
+    forward time (``ran``), outputs (``out_zeros``, ``out_saturated``; the
+    time reading them took in the forward, ``instruments_us``, which
+    ``spent`` shows as the instruments' own) and backward time
+    (``backward_us``), and each node's gradient, weight and
     update norms and share of zero gradients, as ``Trainer`` names them.
     ``optimizer``: the one that updates ``module``: its updates are counted
     and measured around its ``step()`` (the gradients it uses, after any
@@ -204,10 +208,14 @@ class Watch:
         for handle in self._node_handles:
             handle.remove()
         self._node_handles.clear()
+        inst = self._inst
         if self._whole is not None:  # the module is its one node
             self._said({"fact": "ran", "node": self._whole, "began_us": 0, "took_us": (end - self._start) // 1000})
-            self._inst.output(self._whole, out)
+            inside = inst.measuring
+            inst.output(self._whole, out)
+            inst.measuring = inside  # its output is read after the forward's end: not in its time
         self._said({"fact": "finished", "took_us": (end - self._start) // 1000})
+        inst.measured()  # instruments_us: the nodes' outputs read inside that time, for spent to tell apart
 
     def _node_hooks(self, name):
         starts, said, output = self._starts, self._said, self._inst.output
