@@ -222,6 +222,12 @@ def test_a_trainers_run_shows_its_instruments_apart_too_its_means_over_every_for
     assert "grey: the engine's, the instruments' and the Trainer's own time" in [
         text_of(t) for t in svg.iter(f"{SVG}text")]
     assert "Total time over the run" in s.to_html()
+    # its instruments' mean is over fewer forwards than the engine's: the bar says which
+    texts = [text_of(t) for t in svg.iter(f"{SVG}text")]
+    (said,) = [t for t in texts if t.startswith(f"{reads * len(MEASURED) / 1000:.1f} ms ·")]
+    assert said.endswith(" · 600 µs a measured forward")
+    (said,) = [t for t in texts if t.startswith("0 µs ·")]
+    assert said.endswith(" · 0 µs a forward")  # the engine's, over every forward
 
 
 def test_a_run_recorded_before_instruments_us_shows_the_engine_row_as_it_was(tmp_path):

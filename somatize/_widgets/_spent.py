@@ -256,6 +256,15 @@ def _forwards(d):
     return said + (f", {timed:,} measured" if timed < d["forwards"] else "")
 
 
+def _bar_per(r, d):
+    """What a bar's mean is per, short: "a forward" (the heading says over
+    which), "a measured forward" only for the instruments' row of a run whose
+    other rows are over more forwards (a Trainer's: it reads one in 40)."""
+    if r["kind"] == "instruments" and r["count"] < d.get("timed", d["forwards"]):
+        return "a measured forward"
+    return _EACH.get(r["kind"], "a forward")
+
+
 def _per(r, d):
     """What a row's mean is per, and what its count counts, as its tip says them."""
     if r["kind"] == "instruments" or (r["kind"] == "engine" and d.get("timed", d["forwards"]) < d["forwards"]):
@@ -276,7 +285,7 @@ def spent_inner(d, graph=None, narrow=False):
     bars = [{"label": r["label"], "value": r["total_us"],
              "color": _svg.SLOW if r["slowest"] else _COLORS.get(r["kind"], _svg.OVERHEAD),
              "text": f"{_svg.duration_us(r['total_us'])} · {r['share']:.0%} · "
-                     f"{_svg.duration_us(r['mean_us'])} {_EACH.get(r['kind'], 'a forward')}",
+                     f"{_svg.duration_us(r['mean_us'])} {_bar_per(r, d)}",
              "data": {"node": r["label"], "kind": r["kind"]},
              "tip": f"{r['label']}: {_svg.duration_us(r['total_us'])} in all, {_svg.duration_us(r['mean_us'])} "
                     f"{_per(r, d)[0]} over {r['count']:,} {_per(r, d)[1]}"
