@@ -19,7 +19,7 @@ import pytest
 from nbexec import execute
 
 from somatize._server._browse import Browser
-from somatize.record import curve, runs
+from somatize.record import curve, facts, runs, spent
 
 from pictures import svg_markup
 
@@ -131,7 +131,8 @@ def test_spent_names_the_nets_parts_for_the_watched_runs_and_the_graphs_node_for
     for tag, parts in want.items():
         (bundle,) = shown(out[tag])
         said = bundle["text/plain"].splitlines()
-        assert said[0].endswith(f": {STEPS} forwards")
+        # a watched net's forwards say their time on the measured steps only
+        assert said[0].endswith(f": {STEPS} forwards" + (f", {MEASURED} measured" if tag != "spent-trainer" else ""))
         named = {line.split()[0] for line in said[1:] if line.startswith("  ")}
         assert parts <= named, tag
         # each part's bar in the picture, with its time; a watched part's over the instruments' steps
@@ -140,6 +141,26 @@ def test_spent_names_the_nets_parts_for_the_watched_runs_and_the_graphs_node_for
             (bar,) = [b for b in bars if b.startswith(f"{part}: ")]
             if tag != "spent-trainer":
                 assert f" a forward over {MEASURED} calls" in bar, bar
+
+
+def test_spent_shows_the_instruments_measuring_apart_from_the_engine_as_the_facts_say(run):
+    """The watch's reading of each part's output (instruments_us) is its own
+    row, not the engine's; the rows are the facts' sums over the forwards
+    that said their time, read from the store the notebook wrote."""
+    _, _, folder = run
+    store = folder / "own-loop-store"
+    for name in RUNS:
+        said = facts(store, run=name)
+        took = sum(f["took_us"] for f in said if f["fact"] == "finished")
+        ran = sum(f["took_us"] for f in said if f["fact"] == "ran")
+        reads = [f["value"] for f in said if f["fact"] == "instruments_us"]
+        timed = sum(f["fact"] == "finished" for f in said)
+        assert len(reads) == MEASURED and timed == (STEPS if name == "trainer" else MEASURED)
+        rows = {r["label"]: r for r in spent(store, run=name).rows}
+        engine, measuring = rows["engine (outside nodes)"], rows["instruments (measuring)"]
+        assert (measuring["total_us"], measuring["count"]) == (sum(reads), MEASURED)
+        assert (engine["total_us"], engine["count"]) == (took - ran - sum(reads), timed)
+        assert engine["mean_us"] == pytest.approx((took - ran - sum(reads)) / timed)
 
 
 def test_diagnose_answers_for_each_run(run):

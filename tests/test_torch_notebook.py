@@ -69,7 +69,7 @@ def test_notebook_03_runs_and_shows_what_it_says():
     assert "'a-run': 300 steps" in progress["text/plain"] and "text/html" in progress
     (spent,) = displayed(out["spent"])
     bars = spent["text/plain"].splitlines()[1:-1]  # the last: EXPORT_HINT
-    assert {line.split()[0] for line in bars} == {"body", "head", "engine", "Trainer"}
+    assert {line.split()[0] for line in bars} == {"body", "head", "engine", "instruments", "Trainer"}
 
     grouped = text(out["grouped"])
     assert "forwards: 16" in grouped and "losses  : 8" in grouped and "updates : 2" in grouped
