@@ -114,10 +114,10 @@ class Logger(_LightningLogger):
     ``diagnose`` of the LightningModule while it fits
     (``somatize.torch.watch``; it watches the module's ``forward``: a
     ``training_step`` that calls ``self(x)``), its hooks taken off as the
-    fit ends. It is not handed the optimizer: Lightning runs the forward
-    and the backward inside ``optimizer.step(closure)``, after the
-    optimizer's step pre-hooks, so the gradients are read as the backward
-    ends and the update as what changed the weights by the next step.
+    fit ends. It is not handed the optimizer (a LightningModule may have
+    several, or none Lightning steps): the gradients are read as the
+    backward ends and the update as what changed the weights by the next
+    step.
     ``summarising``: the facts ``runs(store)`` summarises (``loss.last``,
     ``val_loss.best``).
 

@@ -124,6 +124,39 @@ def test_without_optimizer_the_update_is_measured_to_the_same_numbers(tmp_path):
             assert a.index.tolist() == MEASURED and a.equals(b), (fact, node)
 
 
+@pytest.mark.parametrize("keyword", [False, True])
+def test_an_optimizer_stepped_with_a_closure_is_measured_after_the_closure_made_the_gradients(tmp_path, keyword):
+    """optimizer.step(closure) runs the forward and backward inside step,
+    after its pre-hooks (LBFGS, Lightning): the update is measured to the
+    numbers a loop stepping after its backward gets, and trains the same."""
+    data = digit_batches(STEPS)
+    net = digits_net()
+    opt = sgd(net)
+    with Recorder(Store(tmp_path), run="plain") as rec:
+        watch(net, rec, optimizer=opt)
+        plain_losses = hand_loop(net, opt, data, rec)
+    net = digits_net()
+    opt = sgd(net)
+    torch.manual_seed(7)  # hand_loop's dropout stream
+    with Recorder(Store(tmp_path), run="closure") as rec:
+        w = watch(net, rec, optimizer=opt)
+        for x, y in data:
+            def closure(x=x, y=y):
+                opt.zero_grad()
+                loss = CE(net(x), y)
+                loss.backward()
+                return loss
+
+            loss = opt.step(closure=closure) if keyword else opt.step(closure)
+            rec.log({"loss": loss.detach()})
+        w.remove()
+    assert curve(tmp_path, "closure", "loss").tolist() == [float(v) for v in plain_losses]
+    for node in ("features.0", "features.3", "classifier.1", "classifier.4"):
+        for fact in UPDATE:
+            a, b = curve(tmp_path, "plain", f"{fact}/{node}"), curve(tmp_path, "closure", f"{fact}/{node}")
+            assert a.index.tolist() == MEASURED and a.equals(b), (fact, node)
+
+
 # -- the record: nodes, steps, spent ---------------------------------------------
 
 

@@ -45,7 +45,9 @@ The update (``grad_norm``, ``weight_norm``, ``update_norm``,
 ``grad_zeros``): with ``optimizer=``, around its ``step()`` (its step pre-
 and post-hooks), so the gradients are the ones the update uses (after
 unscaling by a GradScaler, and after any ``clip_grad_norm_`` the loop made,
-where the Trainer reads them before its ``clip``); its parameters that take
+where the Trainer reads them before its ``clip``); a ``step(closure)``
+(LBFGS, Lightning) is measured once the closure's first call has made the
+gradients, before any weight moves; its parameters that take
 gradients but that it does not hold are said once (``not_optimized``).
 Without it: the gradients and the weights as the measured step's backward
 ends, and the update as what changed the weights by the next step's
@@ -241,7 +243,29 @@ class Watch:
             inst.before_update()  # the gradients as this backward left them, and the weights
             self._owed_update = True
 
-    def _update_begins(self, _optimizer, _args, _kwargs):
+    def _update_begins(self, _optimizer, args, kwargs):
+        # torch hands the pre-hook step's own args, the optimizer first
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            self._measure_update()
+            return None
+        # optimizer.step(closure) (LBFGS, Lightning): the forward and backward
+        # run inside step, after this hook, so the update is measured once the
+        # closure's first call has made the gradients (before any weight moves)
+        first = [True]
+
+        def measured(*a, **kw):
+            result = closure(*a, **kw)
+            if first[0]:
+                first[0] = False
+                self._measure_update()
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": measured}
+        return (args[0], measured, *args[2:]), kwargs
+
+    def _measure_update(self):
         if self._due:
             self._due = False  # one update measured a step
             self._updating = True
