@@ -57,7 +57,7 @@ import warnings
 
 import torch
 from common import interleaved, machine, quartiles, ratio, reported, target
-from digits_models import cnn, digits, modules
+from digits_models import cnn, epoch_batches, modules
 
 import somatize.torch  # noqa: F401  (0-d tensors are held and read in bulk)
 from somatize import Recorder, Store
@@ -67,13 +67,6 @@ CE = torch.nn.functional.cross_entropy
 TARGET = 1.01
 CALLS = 50_000
 clock = time.perf_counter
-
-
-def epoch_batches():
-    train, _ = digits()
-    shuffled = torch.utils.data.DataLoader(train, batch_size=64, shuffle=True,
-                                           generator=torch.Generator().manual_seed(3))
-    return list(shuffled)
 
 
 class Loop:

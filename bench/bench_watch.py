@@ -53,7 +53,7 @@ from collections import OrderedDict
 
 import torch
 from common import interleaved, machine, quartiles, ratio, reported, target
-from digits_models import cnn, digits
+from digits_models import cnn, epoch_batches
 
 from somatize import Recorder, Store
 from somatize.torch import _instruments, watch
@@ -61,13 +61,6 @@ from somatize.torch import _instruments, watch
 CE = torch.nn.functional.cross_entropy
 TARGET = 1.03
 clock = time.perf_counter
-
-
-def epoch_batches():
-    train, _ = digits()
-    shuffled = torch.utils.data.DataLoader(train, batch_size=64, shuffle=True,
-                                           generator=torch.Generator().manual_seed(3))
-    return list(shuffled)
 
 
 def net_of(seed=0):
